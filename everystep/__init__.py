@@ -1,0 +1,26 @@
+"""everystep: durable workflow execution for Django.
+
+``import everystep`` does not import Django; the public names load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__all__ = ["Terminal", "parallel", "schedule", "step", "workflow"]
+
+if TYPE_CHECKING:
+    from everystep.api import parallel, schedule, step, workflow
+    from everystep.errors import Terminal
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Terminal":
+        from everystep.errors import Terminal
+
+        return Terminal
+    if name in {"parallel", "schedule", "step", "workflow"}:
+        from everystep import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'everystep' has no attribute {name!r}")

@@ -1,0 +1,100 @@
+"""The public API: ``@workflow``, ``@step``, ``parallel`` and ``schedule``.
+
+Nothing here touches the database at import time, so workflow modules can be imported
+before Django is fully set up.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from everystep import registry, serde
+from everystep.registry import StepDef, WorkflowDef
+
+if TYPE_CHECKING:
+    from everystep.engine.fork import Branch
+    from everystep.models import Workflow
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@overload
+def workflow(fn: F, /) -> F: ...
+@overload
+def workflow(*, name: str | None = None) -> Callable[[F], F]: ...
+
+
+def workflow(fn: Any = None, /, *, name: str | None = None) -> Any:
+    """Register a function as a workflow, under ``module.qualname`` or ``name``.
+
+    Called directly, the function is a plain function call.
+    """
+
+    def register(func: F) -> F:
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise TypeError(f"@workflow(name=...) must be a non-empty string, got {name!r}")
+        defn = WorkflowDef(name or serde.qualified_name(func), func)
+        registry.register(defn)
+        func.__everystep_workflow__ = defn  # type: ignore[attr-defined]
+        return func
+
+    return register(fn) if fn is not None else register
+
+
+@overload
+def step(fn: F, /) -> F: ...
+@overload
+def step(*, unsafe_to_repeat: bool = False) -> Callable[[F], F]: ...
+
+
+def step(fn: Any = None, /, *, unsafe_to_repeat: bool = False) -> Any:
+    """Make a function a step: inside a running workflow its outcome is recorded and
+    served on replay; elsewhere it is a plain call. Every call accepts
+    ``everystep_id="name"`` to give the step a stable id."""
+
+    def wrap(func: F) -> F:
+        defn = StepDef(serde.qualified_name(func), func, unsafe_to_repeat)
+
+        @functools.wraps(func)
+        def call(*args: Any, everystep_id: str | None = None, **kwargs: Any) -> Any:
+            from everystep.engine.steps import call_step
+
+            return call_step(defn, args, kwargs, everystep_id)
+
+        call.__everystep_step__ = defn  # type: ignore[attr-defined]
+        return call  # type: ignore[return-value]
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def parallel(*branches: Branch, everystep_id: str | None = None) -> tuple[Any, ...]:
+    """Run branches concurrently and return their results in branch order.
+
+    A branch is a zero-argument callable, or a list/tuple of them run in order (its
+    result is a tuple). Branches may nest ``parallel()``.
+    """
+    from everystep.engine.fork import parallel as fork
+
+    return fork(*branches, everystep_id=everystep_id)
+
+
+def schedule(workflow_fn: Callable[..., Any], *args: Any,
+             idempotency_key: str | None = None) -> Workflow:
+    """Insert a ``scheduled`` run of ``workflow_fn(*args)`` in the current transaction.
+
+    With ``idempotency_key``, scheduling the same workflow and key again returns the
+    existing run instead of creating a second one.
+    """
+    from everystep import store
+
+    defn = registry.workflow_def(workflow_fn)
+    if defn is None:
+        raise TypeError(f"{workflow_fn!r} is not a @workflow function")
+    if idempotency_key is not None and (
+        not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > 255
+    ):
+        raise TypeError("idempotency_key must be a non-empty string of at most 255 characters")
+    stored = serde.encode(list(args), f"arguments of workflow {defn.name}")
+    return store.create_run(defn.name, stored, idempotency_key)

@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class EverystepConfig(AppConfig):
+    name = "everystep"
+    verbose_name = "everystep"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from everystep import checks, logs  # noqa: F401  (registers checks and log receivers)

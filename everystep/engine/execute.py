@@ -1,0 +1,133 @@
+"""One pass over a claimed run: replay the body, execute what is new, record the outcome.
+
+A pass ends in exactly one of:
+
+- ``completed`` / ``failed`` / ``stopped`` / ``blocked``: the outcome is written, fenced
+  by the claim;
+- ``requeued``: the worker is draining; the run goes back to ``scheduled``;
+- ``abandoned``: nothing more may be written (claim lost, row deleted, simulated
+  crash); whoever holds the run now decides its fate.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection
+
+from everystep import registry, serde, signals, store
+from everystep.engine.state import Claim, Frame, RunState, Scope, current_frame
+from everystep.errors import (
+    ClaimLost,
+    DrainRequested,
+    EffectUncertain,
+    EverystepError,
+    RunInterrupted,
+    Terminal,
+)
+from everystep.models import Status
+
+logger = logging.getLogger("everystep.engine")
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """How one pass over a run ended."""
+
+    status: str  # a run status, or "requeued" / "abandoned"
+    exc: BaseException | None = None
+
+
+def run_pass(claim: Claim, *, should_drain: Callable[[], bool] = lambda: False) -> PassResult:
+    """Replay and advance one claimed run until it reaches an outcome or must stop."""
+    row = store.get_run(claim.run_id)
+    if row is None:
+        return _abandon(claim, "?", "the run row no longer exists")
+    defn = registry.lookup(row.name)
+    if defn is None:
+        return _finish(claim, row.name, time.monotonic(), Status.FAILED, exc=EverystepError(
+            f"unknown workflow {row.name!r}: no @workflow is registered under that name in "
+            "this process (renamed or moved code, or a worker running the wrong project)"
+        ))
+    state = RunState(
+        claim=claim, workflow_name=row.name, records=store.load_steps(claim.run_id),
+        should_drain=should_drain,
+        # Branch threads cannot see the rows of an enclosing, uncommitted transaction
+        # (a test wrapped in one), so forks run inline there.
+        threads_allowed=not connection.in_atomic_block,
+    )
+    signals.run_started.send(
+        sender=RunState, run_id=claim.run_id, workflow=row.name, runner=claim.runner,
+        replayed_steps=len(state.records),
+    )
+    began = time.monotonic()
+    outcome: BaseException | None = None
+    value: Any = None
+    token = current_frame.set(Frame(state, Scope()))
+    try:
+        value = defn.fn(*serde.decode(row.args))
+    except (Exception, RunInterrupted) as exc:
+        outcome = exc
+    finally:
+        current_frame.reset(token)
+    # A control-flow outcome raised inside the body wins even if the body caught it.
+    outcome = state.aborted or outcome
+    if outcome is None:
+        try:
+            result = serde.encode(value, f"result of workflow {row.name}")
+        except EverystepError as exc:
+            outcome = exc
+        else:
+            return _finish(claim, row.name, began, Status.COMPLETED, result=result)
+    return _settle(claim, row.name, began, outcome)
+
+
+def _settle(claim: Claim, workflow: str, began: float, exc: BaseException) -> PassResult:
+    if isinstance(exc, DrainRequested):
+        if store.requeue_run(claim):
+            signals.run_requeued.send(sender=RunState, run_id=claim.run_id, workflow=workflow,
+                                      runner=claim.runner, reason=str(exc))
+            return PassResult("requeued", exc)
+        return _abandon(claim, workflow, "claim lost before the drain requeue")
+    if isinstance(exc, RunInterrupted):
+        reason = str(exc) or type(exc).__name__
+        return _abandon(claim, workflow, reason, exc)
+    if isinstance(exc, Terminal):
+        return _finish(claim, workflow, began, Status.STOPPED, exc=exc)
+    if isinstance(exc, EffectUncertain):
+        return _finish(claim, workflow, began, Status.BLOCKED, exc=exc)
+    return _finish(claim, workflow, began, Status.FAILED, exc=exc)
+
+
+def encode_outcome_error(exc: BaseException) -> dict[str, Any]:
+    """The stored ``error`` of a run; a stop keeps its reason and payload readable."""
+    error = serde.encode_error(exc)
+    if isinstance(exc, Terminal):
+        error["reason"] = exc.reason
+        error["payload"] = error["args"][1] if error["args"] is not None else None
+    if isinstance(exc, EffectUncertain):
+        error["step_id"] = exc.step_id
+    return error
+
+
+def _finish(claim: Claim, workflow: str, began: float, status: str, *, result: Any = None,
+            exc: BaseException | None = None) -> PassResult:
+    error = encode_outcome_error(exc) if exc is not None else None
+    if not store.finish_run(claim, status, result=result, error=error):
+        return _abandon(claim, workflow, f"claim lost before recording {status}")
+    signals.run_finished.send(
+        sender=RunState, run_id=claim.run_id, workflow=workflow, runner=claim.runner,
+        status=status, duration=time.monotonic() - began, error=error, exc=exc,
+    )
+    return PassResult(status, exc)
+
+
+def _abandon(claim: Claim, workflow: str, reason: str,
+             exc: BaseException | None = None) -> PassResult:
+    signals.run_abandoned.send(sender=RunState, run_id=claim.run_id, workflow=workflow,
+                               runner=claim.runner, reason=reason)
+    return PassResult("abandoned", exc or ClaimLost(reason))

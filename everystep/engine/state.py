@@ -1,0 +1,134 @@
+"""Per-pass state: the run being replayed, the id scopes, and the current frame.
+
+A *frame* says where the calling code is: which run, which id scope (the workflow body
+or one fork branch), and whether it is already inside a step body (where nested step
+calls are plain calls). It lives in a ``ContextVar`` so fork branch threads each get
+their own.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from everystep.errors import EverystepError
+
+MAX_STEP_ID_LENGTH = 300
+
+
+@dataclass(frozen=True)
+class Claim:
+    """This worker's claim of one run: every write for the run is fenced by ``token``."""
+
+    run_id: UUID
+    token: UUID
+    runner: str
+
+
+@dataclass(frozen=True)
+class RecordedStep:
+    """A ``Step`` row as the engine needs it for replay."""
+
+    step_id: str
+    name: str
+    status: str
+    result: Any = None
+    error: dict[str, Any] | None = None
+
+
+class Scope:
+    """Hands out step ids in one scope: ``1, 2, 3…`` or a validated name, with a prefix."""
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
+        self._position = 0
+        self._names: set[str] = set()
+
+    def next_id(self, name: str | None) -> str:
+        """Consume one position and return the full step id for this call."""
+        self._position += 1
+        if name is None:
+            local = str(self._position)
+        else:
+            check_name(name)
+            if name in self._names:
+                raise EverystepError(
+                    f"step name {name!r} is used twice in scope {self.prefix or '<root>'!r}"
+                )
+            self._names.add(name)
+            local = name
+        step_id = self.prefix + local
+        if len(step_id) > MAX_STEP_ID_LENGTH:
+            raise EverystepError(
+                f"step id {step_id[:40]!r}… is {len(step_id)} characters; "
+                f"the limit is {MAX_STEP_ID_LENGTH}"
+            )
+        return step_id
+
+
+def check_name(name: object) -> None:
+    """Refuse names that would make step ids ambiguous or unstable."""
+    if not isinstance(name, str) or not name:
+        raise EverystepError(f"everystep_id must be a non-empty string, got {name!r}")
+    if "." in name:
+        raise EverystepError(f"everystep_id {name!r} must not contain a dot")
+    if any(ch.isspace() for ch in name):
+        raise EverystepError(f"everystep_id {name!r} must not contain whitespace")
+    if name.isdigit():
+        raise EverystepError(
+            f"everystep_id {name!r} must not be all digits (those are positional ids)"
+        )
+
+
+@dataclass
+class RunState:
+    """Everything one pass over one run shares across its fork threads."""
+
+    claim: Claim
+    workflow_name: str
+    records: dict[str, RecordedStep]
+    should_drain: Callable[[], bool] = lambda: False
+    threads_allowed: bool = True
+    aborted: BaseException | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def run_id(self) -> UUID:
+        return self.claim.run_id
+
+    def recorded(self, step_id: str) -> RecordedStep | None:
+        with self.lock:
+            return self.records.get(step_id)
+
+    def remember(self, record: RecordedStep) -> None:
+        with self.lock:
+            self.records[record.step_id] = record
+
+    def snapshot(self) -> dict[str, RecordedStep]:
+        with self.lock:
+            return dict(self.records)
+
+    def abort(self, exc: BaseException) -> BaseException:
+        """Make ``exc`` the outcome of this pass even if user code swallows it."""
+        with self.lock:
+            if self.aborted is None:
+                self.aborted = exc
+            return self.aborted
+
+
+@dataclass(frozen=True)
+class Frame:
+    run: RunState
+    scope: Scope
+    step_id: str | None = None  # set while a step body runs
+
+    @property
+    def in_step(self) -> bool:
+        return self.step_id is not None
+
+
+current_frame: ContextVar[Frame | None] = ContextVar("everystep_frame", default=None)

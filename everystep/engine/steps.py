@@ -1,0 +1,131 @@
+"""One step call inside a run: pick its id, decide from the record, execute if new."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.utils import timezone
+
+from everystep import serde, signals, store
+from everystep.engine import replay
+from everystep.engine.state import Frame, RecordedStep, RunState, current_frame
+from everystep.errors import (
+    DrainRequested,
+    EffectUncertain,
+    EverystepError,
+    SimulatedCrash,
+    Terminal,
+    WorkflowCodeError,
+)
+from everystep.registry import StepDef
+
+# Crash points installed by ``everystep.testing.crash_after``: each is asked, after a
+# step body returned or raised and before its outcome is recorded, whether to "die".
+_crash_points: list[Callable[[str, str], bool]] = []
+_crash_lock = threading.Lock()
+
+
+def add_crash_point(point: Callable[[str, str], bool]) -> None:
+    with _crash_lock:
+        _crash_points.append(point)
+
+
+def remove_crash_point(point: Callable[[str, str], bool]) -> None:
+    with _crash_lock:
+        _crash_points.remove(point)
+
+
+def _maybe_crash(step_id: str, name: str) -> None:
+    with _crash_lock:
+        points = list(_crash_points)
+    if any(point(step_id, name) for point in points):
+        raise SimulatedCrash(f"simulated crash after the effect of step {step_id} ({name})")
+
+
+def call_step(defn: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any],
+              everystep_id: str | None) -> Any:
+    """Run a ``@step`` call: a plain call outside a run or inside another step's body,
+    otherwise served from the record or executed and recorded."""
+    frame = current_frame.get()
+    if frame is None or frame.in_step:
+        return defn.fn(*args, **kwargs)
+    run = frame.run
+    if run.aborted is not None:
+        raise run.aborted
+    step_id = frame.scope.next_id(everystep_id)
+    recorded = run.recorded(step_id)
+    decision = replay.decide(recorded, defn.name)
+    if decision is replay.Decision.EXECUTE:
+        return _execute(frame, defn, step_id, args, kwargs)
+    assert recorded is not None
+    if decision is replay.Decision.SERVE_RESULT:
+        return serde.decode(recorded.result)
+    if decision is replay.Decision.RAISE_ERROR:
+        assert recorded.error is not None
+        exc = serde.decode_error(recorded.error)
+        if isinstance(exc, Terminal):
+            raise run.abort(exc)
+        raise exc
+    if decision is replay.Decision.CODE_CHANGED:
+        raise run.abort(WorkflowCodeError(
+            f"run {run.run_id}: step {step_id} was recorded as {recorded.name} but the "
+            f"workflow now calls {defn.name} there; the code changed incompatibly"
+        ))
+    raise run.abort(EffectUncertain(
+        f"run {run.run_id}: unsafe step {step_id} ({defn.name}) started but its outcome was "
+        "never recorded; settle it with everystep_resolve_step",
+        step_id,
+    ))
+
+
+def _execute(frame: Frame, defn: StepDef, step_id: str, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> Any:
+    run = frame.run
+    # The drain boundary: a step that is not recorded yet is not started while draining.
+    if run.should_drain():
+        raise DrainRequested(f"drain requested before step {step_id}")
+    stored_args = serde.encode(list(args), f"arguments of step {step_id}")
+    stored_kwargs = serde.encode(kwargs, f"keyword arguments of step {step_id}")
+    started_at = timezone.now()
+    record = {"step_id": step_id, "name": defn.name, "args": stored_args,
+              "kwargs": stored_kwargs, "started_at": started_at}
+    if defn.unsafe_to_repeat:
+        # Committed before the body runs: a crash inside it leaves evidence on replay.
+        store.record_step(run.claim, status="started", **record)
+    began = time.monotonic()
+    token = current_frame.set(Frame(run, frame.scope, step_id))
+    try:
+        value = defn.fn(*args, **kwargs)
+    except Exception as exc:
+        current_frame.reset(token)
+        _maybe_crash(step_id, defn.name)
+        error = serde.encode_error(exc)
+        _record(run, record, "failed", began, error=error, after=defn.unsafe_to_repeat)
+        if isinstance(exc, Terminal):
+            raise run.abort(exc) from None
+        raise
+    current_frame.reset(token)
+    _maybe_crash(step_id, defn.name)
+    try:
+        result = serde.encode(value, f"result of step {step_id} ({defn.name})")
+    except EverystepError as exc:
+        _record(run, record, "failed", began, error=serde.encode_error(exc),
+                after=defn.unsafe_to_repeat)
+        raise
+    _record(run, record, "done", began, result=result, after=defn.unsafe_to_repeat)
+    return serde.decode(result)
+
+
+def _record(run: RunState, record: dict[str, Any], status: str, began: float, *,
+            result: Any = None, error: dict[str, Any] | None = None, after: bool) -> None:
+    store.record_step(run.claim, status=status, result=result, error=error,
+                      after_started=after, **record)
+    run.remember(RecordedStep(record["step_id"], record["name"], status, result, error))
+    signals.step_recorded.send(
+        sender=RunState, run_id=run.run_id, workflow=run.workflow_name,
+        runner=run.claim.runner, step_id=record["step_id"], step=record["name"],
+        status=status, duration=time.monotonic() - began,
+    )

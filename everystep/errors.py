@@ -1,0 +1,97 @@
+"""The one exceptions module of everystep.
+
+``EverystepError`` is the root of every error the library raises on purpose.
+``RunInterrupted`` is deliberately *not* an ``Exception``: it carries internal
+control flow (drain at a step boundary, a lost claim, a simulated crash) through
+user code, and a workflow body's ``except Exception:`` must not be able to
+swallow it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class EverystepError(Exception):
+    """Misuse of the library: a bad step id, data that cannot be serialized, bad arguments."""
+
+
+class WorkflowCodeError(EverystepError):
+    """Replay found a different step function at a recorded step id: the code changed
+    incompatibly since the run recorded it."""
+
+
+class StepFailure(EverystepError):
+    """A recorded step exception whose original type cannot be rebuilt on replay.
+
+    ``original_type`` is the qualified name of the exception that was recorded.
+    """
+
+    def __init__(self, message: str, original_type: str | None = None) -> None:
+        super().__init__(message)
+        self.original_type = original_type
+
+
+class EffectUncertain(EverystepError):
+    """An ``unsafe_to_repeat`` step started but its outcome was never recorded; a human
+    must settle it with ``everystep_resolve_step`` before the run can go on."""
+
+    def __init__(self, message: str, step_id: str | None = None) -> None:
+        super().__init__(message)
+        self.step_id = step_id
+
+
+class Terminal(EverystepError):
+    """Raised by a step or a workflow body to stop the run deliberately.
+
+    The run ends ``stopped`` with ``reason`` and ``payload`` stored. It is an
+    outcome, not a failure: it is never reported to Sentry.
+    """
+
+    def __init__(self, reason: str, payload: Any = None) -> None:
+        super().__init__(reason, payload)
+        self.reason = reason
+        self.payload = payload
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class RunInterrupted(BaseException):
+    """Internal: this pass must stop now without deciding the run's outcome.
+
+    Raised at a step boundary when the worker drains, when this worker's claim on the
+    run was lost (fencing), or by ``everystep.testing`` to simulate a crash. A
+    ``BaseException`` so that ``except Exception`` in user code lets it through.
+    """
+
+
+class DrainRequested(RunInterrupted):
+    """Internal: the worker is shutting down; requeue the run at this step boundary."""
+
+
+class ClaimLost(RunInterrupted):
+    """Internal: another claim owns the run now; this pass must not write anything more."""
+
+
+class SimulatedCrash(RunInterrupted):
+    """Raised by ``everystep.testing.crash_after``: the process "died" between a step's
+    side effect and its record."""
+
+
+class RunGone(ClaimLost):
+    """Internal: the run's row no longer exists (deleted while it was being executed)."""
+
+
+__all__ = [
+    "ClaimLost",
+    "DrainRequested",
+    "EffectUncertain",
+    "EverystepError",
+    "RunGone",
+    "RunInterrupted",
+    "SimulatedCrash",
+    "StepFailure",
+    "Terminal",
+    "WorkflowCodeError",
+]

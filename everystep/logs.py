@@ -1,0 +1,78 @@
+"""Log records for the lifecycle signals, with stable event names.
+
+Every record carries ``event``, ``run_id``, ``workflow`` and ``runner`` as ``extra``
+fields, so a structured formatter can ship them as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from everystep import signals
+
+logger = logging.getLogger("everystep.run")
+
+
+def _fields(event: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "event": event,
+        "run_id": str(kwargs["run_id"]),
+        "workflow": kwargs["workflow"],
+        "runner": kwargs["runner"],
+    }
+
+
+def _on_run_started(sender: Any, **kwargs: Any) -> None:
+    logger.debug(
+        "run %s (%s) pass started, %d recorded steps",
+        kwargs["run_id"],
+        kwargs["workflow"],
+        kwargs["replayed_steps"],
+        extra=_fields("run.pass_started", kwargs),
+    )
+
+
+def _on_step_recorded(sender: Any, **kwargs: Any) -> None:
+    extra = _fields("step.recorded", kwargs) | {
+        "step_id": kwargs["step_id"],
+        "step": kwargs["step"],
+        "status": kwargs["status"],
+    }
+    logger.debug(
+        "run %s step %s (%s) %s", kwargs["run_id"], kwargs["step_id"], kwargs["step"],
+        kwargs["status"], extra=extra,
+    )
+
+
+def _on_run_finished(sender: Any, **kwargs: Any) -> None:
+    status = kwargs["status"]
+    extra = _fields(f"run.{status}", kwargs) | {"status": status}
+    # A failed run is the application's business, not necessarily an operator's: log it
+    # as a warning; a blocked run needs a human, so it is an error.
+    level = {"failed": logging.WARNING, "blocked": logging.ERROR}.get(status, logging.INFO)
+    error = kwargs.get("error") or {}
+    detail = f": {error.get('type')}: {error.get('message')}" if error else ""
+    logger.log(level, "run %s (%s) %s%s", kwargs["run_id"], kwargs["workflow"], status, detail,
+               extra=extra)
+
+
+def _on_run_requeued(sender: Any, **kwargs: Any) -> None:
+    logger.info(
+        "run %s (%s) requeued: %s", kwargs["run_id"], kwargs["workflow"], kwargs["reason"],
+        extra=_fields("run.requeued", kwargs),
+    )
+
+
+def _on_run_abandoned(sender: Any, **kwargs: Any) -> None:
+    logger.warning(
+        "run %s (%s) abandoned by this pass: %s", kwargs["run_id"], kwargs["workflow"],
+        kwargs["reason"], extra=_fields("run.abandoned", kwargs),
+    )
+
+
+signals.run_started.connect(_on_run_started, dispatch_uid="everystep.logs.run_started")
+signals.step_recorded.connect(_on_step_recorded, dispatch_uid="everystep.logs.step_recorded")
+signals.run_finished.connect(_on_run_finished, dispatch_uid="everystep.logs.run_finished")
+signals.run_requeued.connect(_on_run_requeued, dispatch_uid="everystep.logs.run_requeued")
+signals.run_abandoned.connect(_on_run_abandoned, dispatch_uid="everystep.logs.run_abandoned")

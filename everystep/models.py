@@ -1,0 +1,113 @@
+"""The two tables everystep keeps: one ``Workflow`` row per run, one ``Step`` row per
+executed step."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+
+from django.db import models
+
+_uuid7_lock = threading.Lock()
+_uuid7_last = 0
+
+
+def uuid7() -> uuid.UUID:
+    """A time-ordered UUID (RFC 9562 version 7).
+
+    Run ids sort by creation time, so the primary key index serves both the claim order
+    and the "most recent runs" listing. Within one process the millisecond field is
+    kept strictly increasing so ids made in the same millisecond still sort.
+    """
+    global _uuid7_last
+    with _uuid7_lock:
+        now_ms = max(time.time_ns() // 1_000_000, _uuid7_last + 1)
+        _uuid7_last = now_ms
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (now_ms & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76
+    value |= (rand >> 68) << 64  # 12 bits rand_a
+    value |= 0b10 << 62
+    value |= rand & ((1 << 62) - 1)
+    return uuid.UUID(int=value)
+
+
+class Status(models.TextChoices):
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    BLOCKED = "blocked"
+
+
+FINAL_STATUSES = frozenset({Status.COMPLETED, Status.FAILED, Status.STOPPED})
+
+
+class StepStatus(models.TextChoices):
+    DONE = "done"
+    FAILED = "failed"
+    STARTED = "started"
+
+
+class Workflow(models.Model):
+    """One run of a workflow."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    name = models.CharField(max_length=255)
+    args = models.JSONField(default=list)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.SCHEDULED)
+    claimed_by = models.CharField(max_length=255, null=True, blank=True)
+    # Fencing: a fresh token per claim. Every write for a run is conditional on the
+    # token it was claimed with, so a stale worker cannot overwrite a newer claimer.
+    claim_token = models.UUIDField(null=True, blank=True, editable=False)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    # Last time the claim holder wrote for this run (claim, step record, finish).
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["name", "idempotency_key"], name="everystep_unique_idempotency_key"
+            ),
+        ]
+        indexes = [
+            # Claim query: status='scheduled' ORDER BY id; UI filters by status, newest first.
+            models.Index(fields=["status", "id"], name="everystep_wf_status_id"),
+            # Catchup and orphan recovery: runs held by one runner.
+            models.Index(fields=["claimed_by", "status"], name="everystep_wf_claimed"),
+            models.Index(fields=["name", "id"], name="everystep_wf_name_id"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.id} ({self.status})"
+
+
+class Step(models.Model):
+    """The recorded outcome (or, for an unsafe step, the start) of one step call."""
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="steps")
+    step_id = models.CharField(max_length=300)
+    name = models.CharField(max_length=255)
+    args = models.JSONField(default=list)
+    kwargs = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=StepStatus.choices)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workflow", "step_id"], name="everystep_unique_step"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.step_id} {self.name} ({self.status})"

@@ -1,0 +1,61 @@
+"""Workflow and step definitions, and the process-wide registry of workflow names."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from everystep.errors import EverystepError
+from everystep.serde import qualified_name
+
+
+@dataclass(frozen=True)
+class WorkflowDef:
+    """A registered workflow: the name stored on runs and the body to replay."""
+
+    name: str
+    fn: Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class StepDef:
+    """A step function; ``name`` is what its ``Step`` rows record."""
+
+    name: str
+    fn: Callable[..., Any]
+    unsafe_to_repeat: bool = False
+
+
+_lock = threading.Lock()
+_workflows: dict[str, WorkflowDef] = {}
+
+
+def register(defn: WorkflowDef) -> None:
+    """Register a workflow; a second, different function under the same name is refused."""
+    with _lock:
+        existing = _workflows.get(defn.name)
+        # Re-importing the same module (autoreload, test collection) re-registers the
+        # same function; only a genuinely different function is a conflict.
+        if existing is not None and qualified_name(existing.fn) != qualified_name(defn.fn):
+            raise EverystepError(
+                f"workflow name {defn.name!r} is already registered by "
+                f"{qualified_name(existing.fn)}; cannot also register {qualified_name(defn.fn)}"
+            )
+        _workflows[defn.name] = defn
+
+
+def lookup(name: str) -> WorkflowDef | None:
+    """The workflow registered under ``name`` in this process, if any."""
+    return _workflows.get(name)
+
+
+def registered_names() -> list[str]:
+    """Every registered workflow name, sorted."""
+    return sorted(_workflows)
+
+
+def workflow_def(fn: Any) -> WorkflowDef | None:
+    """The definition attached to a ``@workflow`` function, or None."""
+    return getattr(fn, "__everystep_workflow__", None)

@@ -1,0 +1,24 @@
+"""Lifecycle signals. Logging and metrics subscribe to these; the engine and the worker
+only send them, so neither imports a metrics or tracing library.
+
+Every signal is sent with ``run_id``, ``workflow`` (the workflow name) and ``runner``.
+"""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+#: A pass over a run is starting. Extra: ``replayed_steps`` (recorded step count).
+run_started = Signal()
+#: A step executed and its outcome was recorded. Extra: ``step_id``, ``step``,
+#: ``status`` (done/failed/started), ``duration`` (seconds).
+step_recorded = Signal()
+#: A run reached an outcome on this pass. Extra: ``status`` (completed/failed/stopped/
+#: blocked), ``duration`` (seconds of this pass), ``error`` (encoded, or None),
+#: ``exc`` (the exception object, or None).
+run_finished = Signal()
+#: A run was put back to ``scheduled`` without an outcome. Extra: ``reason``.
+run_requeued = Signal()
+#: A pass ended without writing an outcome (claim lost, row deleted, simulated crash).
+#: Extra: ``reason``.
+run_abandoned = Signal()

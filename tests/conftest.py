@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _hermetic_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never see a developer's EVERYSTEP_* configuration (test DB coordinates aside)."""
+    for key in list(os.environ):
+        if key.startswith("EVERYSTEP_") and not key.startswith("EVERYSTEP_TEST_"):
+            monkeypatch.delenv(key)
+
+
+@pytest.fixture(autouse=True)
+def _reset_test_workflows() -> None:
+    from tests.testapp import workflows
+
+    workflows.CALLS.clear()
+    workflows.EVOLVED["on"] = False
+
+
+@pytest.fixture
+def vendor() -> str:
+    from django.db import connection
+
+    return connection.vendor

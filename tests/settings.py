@@ -1,0 +1,101 @@
+"""Django settings for everystep's own test suite.
+
+The database comes from ``EVERYSTEP_TEST_DB``: ``sqlite`` (default), ``postgres`` or
+``mariadb``. Each pytest session creates its own database with a random name and drops
+it at the end; server coordinates can be overridden with ``EVERYSTEP_TEST_PG_*`` /
+``EVERYSTEP_TEST_MYSQL_*``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+
+BACKEND = os.environ.get("EVERYSTEP_TEST_DB", "sqlite")
+# Worker subprocesses started by the tests inherit the suffix and so reach the same
+# test database as the pytest process that created it.
+SUFFIX = os.environ.setdefault("EVERYSTEP_TEST_DB_SUFFIX", uuid.uuid4().hex[:10])
+TEST_DB_NAME = f"everystep_test_{SUFFIX}"
+
+if BACKEND == "sqlite":
+    _dir = os.environ.setdefault(
+        "EVERYSTEP_TEST_SQLITE_DIR", tempfile.mkdtemp(prefix="everystep-test-")
+    )
+    _path = os.path.join(_dir, f"{TEST_DB_NAME}.sqlite3")
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": _path,
+            "TEST": {"NAME": _path},
+            # Several threads and processes write: wait for the lock instead of failing.
+            "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
+        }
+    }
+elif BACKEND == "postgres":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "HOST": os.environ.get("EVERYSTEP_TEST_PG_HOST", "127.0.0.1"),
+            "PORT": os.environ.get("EVERYSTEP_TEST_PG_PORT", "5432"),
+            "USER": os.environ.get("EVERYSTEP_TEST_PG_USER", "postgres"),
+            "PASSWORD": os.environ.get("EVERYSTEP_TEST_PG_PASSWORD", ""),
+            "NAME": "postgres",
+            "TEST": {"NAME": TEST_DB_NAME},
+        }
+    }
+elif BACKEND == "mariadb":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.mysql",
+            "HOST": os.environ.get("EVERYSTEP_TEST_MYSQL_HOST", "127.0.0.1"),
+            "PORT": os.environ.get("EVERYSTEP_TEST_MYSQL_PORT", "3306"),
+            "USER": os.environ.get("EVERYSTEP_TEST_MYSQL_USER", "root"),
+            "PASSWORD": os.environ.get("EVERYSTEP_TEST_MYSQL_PASSWORD", ""),
+            "NAME": "test",
+            "OPTIONS": {"charset": "utf8mb4"},
+            "TEST": {"NAME": TEST_DB_NAME, "CHARSET": "utf8mb4", "COLLATION": "utf8mb4_bin"},
+        }
+    }
+else:
+    raise RuntimeError(f"EVERYSTEP_TEST_DB must be sqlite, postgres or mariadb, not {BACKEND!r}")
+
+SECRET_KEY = "everystep-tests-only"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "everystep",
+    "tests.testapp",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "tests.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"everystep": {"handlers": ["console"], "level": "WARNING"}},
+}

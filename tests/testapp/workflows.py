@@ -1,0 +1,192 @@
+"""Workflows the test suite runs. ``CALLS`` counts step body executions per step."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+from everystep import Terminal, parallel, step, workflow
+from everystep.context import current
+
+CALLS: Counter[str] = Counter()
+_lock = threading.Lock()
+# Flipped by the code-change test to make ``evolving`` call a different step.
+EVOLVED = {"on": False}
+
+
+def _count(name: str) -> None:
+    with _lock:
+        CALLS[name] += 1
+
+
+@step
+def add(a: int, b: int) -> int:
+    _count("add")
+    return a + b
+
+
+@step
+def double(x: int) -> int:
+    _count("double")
+    return x * 2
+
+
+@step
+def pair(x: Any) -> tuple[Any, Any]:
+    _count("pair")
+    return (x, x)
+
+
+@step
+def echo(value: Any) -> Any:
+    _count(f"echo:{value}")
+    return value
+
+
+@step
+def peek(step_id: str) -> Any:
+    """Reads an earlier step's outcome from inside a step."""
+    _count("peek")
+    ctx = current()
+    assert ctx is not None
+    return ctx.outcomes[step_id]["result"]
+
+
+@step
+def explode(message: str) -> None:
+    _count("explode")
+    raise ValueError(message)
+
+
+@step
+def cleanup(note: str) -> str:
+    _count("cleanup")
+    return f"cleaned: {note}"
+
+
+@step
+def halt(reason: str, payload: Any) -> None:
+    _count("halt")
+    raise Terminal(reason, payload)
+
+
+@step(unsafe_to_repeat=True)
+def charge(amount: int) -> dict[str, Any]:
+    _count("charge")
+    return {"charged": amount}
+
+
+@step
+def ident() -> str:
+    ctx = current()
+    assert ctx is not None
+    return str(ctx.workflow_id)
+
+
+@workflow
+def sequential(a: int, b: int) -> dict[str, Any]:
+    total = add(a, b)
+    doubled = double(total)
+    pair_result = pair(doubled)
+    ctx = current()
+    assert ctx is not None
+    return {"total": total, "doubled": doubled, "pair": pair_result,
+            "seen": sorted(ctx.outcomes), "peek": peek("2")}
+
+
+@workflow(name="named-flow")
+def named() -> list[Any]:
+    first = echo("a", everystep_id="first")
+    second = echo("b")
+    third = echo("c", everystep_id="third")
+    return [first, second, third]
+
+
+@workflow
+def forked() -> Any:
+    head = echo("head")
+    left, right, seq = parallel(
+        lambda: echo("left"),
+        lambda: echo("right", everystep_id="right"),
+        [lambda: echo("s1"), lambda: echo("s2")],
+        everystep_id="fan",
+    )
+    tail = echo("tail")
+    return [head, left, right, seq, tail]
+
+
+@workflow
+def nested() -> Any:
+    return parallel(
+        lambda: parallel(lambda: echo("n00"), lambda: echo("n01")),
+        [lambda: echo("n10"), lambda: parallel(lambda: echo("n110"), lambda: echo("n111"))],
+    )
+
+
+@workflow
+def cleanup_on_failure(message: str) -> str:
+    try:
+        explode(message)
+    except ValueError as exc:
+        return cleanup(str(exc))
+    return "unreachable"
+
+
+@workflow
+def failing() -> None:
+    echo("before")
+    explode("boom")
+
+
+@workflow
+def stop_from_step() -> None:
+    echo("before-halt")
+    halt("customer gone", {"customer": 42})
+    echo("never")
+
+
+@workflow
+def stop_from_body(limit: int) -> None:
+    echo("checked")
+    raise Terminal("over the limit", {"limit": limit})
+
+
+@workflow
+def payment(amount: int) -> Any:
+    echo("reserve")
+    receipt = charge(amount)
+    echo("notify")
+    return receipt
+
+
+@workflow
+def evolving() -> Any:
+    echo("one")
+    value = double(2) if EVOLVED["on"] else add(1, 1)
+    echo("three")
+    return value
+
+
+@workflow
+def returns_tuple() -> Any:
+    value = pair("x")
+    return {"value": value, "is_list": isinstance(value, list)}
+
+
+@workflow
+def workflow_id_probe() -> Any:
+    ctx = current()
+    assert ctx is not None
+    return [str(ctx.workflow_id), ident()]
+
+
+@workflow
+def bad_step_id(name: str) -> None:
+    echo("ok", everystep_id=name)
+
+
+@workflow
+def duplicate_step_id() -> None:
+    echo("x", everystep_id="same")
+    echo("y", everystep_id="same")
