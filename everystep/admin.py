@@ -22,7 +22,7 @@ class ReadOnlyMixin:
         return False
 
 
-class StepInline(ReadOnlyMixin, admin.TabularInline):  # type: ignore[type-arg]
+class StepInline(ReadOnlyMixin, admin.TabularInline):
     model = Step
     extra = 0
     fields = ("step_id", "name", "status", "started_at", "finished_at", "result", "error")
@@ -31,7 +31,7 @@ class StepInline(ReadOnlyMixin, admin.TabularInline):  # type: ignore[type-arg]
 
 
 @admin.register(Workflow)
-class WorkflowAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+class WorkflowAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = ("id", "name", "status", "claimed_by", "created_at", "completed_at")
     list_filter = ("status", "name")
     search_fields = ("=id", "name", "idempotency_key")
@@ -41,7 +41,7 @@ class WorkflowAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(Step)
-class StepAdmin(ReadOnlyMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+class StepAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = ("workflow", "step_id", "name", "status", "started_at", "finished_at")
     list_filter = ("status",)
     search_fields = ("=workflow__id", "name")

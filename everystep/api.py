@@ -80,8 +80,9 @@ def parallel(*branches: Branch, everystep_id: str | None = None) -> tuple[Any, .
     return fork(*branches, everystep_id=everystep_id)
 
 
-def schedule(workflow_fn: Callable[..., Any], *args: Any,
-             idempotency_key: str | None = None) -> Workflow:
+def schedule(
+    workflow_fn: Callable[..., Any], *args: Any, idempotency_key: str | None = None
+) -> Workflow:
     """Insert a ``scheduled`` run of ``workflow_fn(*args)`` in the current transaction.
 
     With ``idempotency_key``, scheduling the same workflow and key again returns the

@@ -35,7 +35,8 @@ def claim_due(runner: str, limit: int) -> list[Claim]:
         with transaction.atomic():
             locked = Workflow.objects.filter(status=Status.SCHEDULED).order_by("id")
             skip = connection.features.has_select_for_update_skip_locked
-            ids = list(locked.select_for_update(skip_locked=skip).values_list("id", flat=True)[:limit])
+            locked = locked.select_for_update(skip_locked=skip)
+            ids = list(locked.values_list("id", flat=True)[:limit])
             if ids:
                 _take(Workflow.objects.filter(id__in=ids), runner, token)
     return _claims_with(runner, token)
@@ -55,13 +56,18 @@ def reclaim_parked(runner: str) -> list[Claim]:
 def _take(queryset: object, runner: str, token: uuid.UUID) -> None:
     now = timezone.now()
     queryset.update(  # type: ignore[attr-defined]
-        status=Status.RUNNING, claimed_by=runner, claim_token=token, updated_at=now,
+        status=Status.RUNNING,
+        claimed_by=runner,
+        claim_token=token,
+        updated_at=now,
         started_at=Coalesce("started_at", Value(now, output_field=DateTimeField())),
     )
 
 
 def _claims_with(runner: str, token: uuid.UUID) -> list[Claim]:
-    ids = Workflow.objects.filter(
-        claimed_by=runner, status=Status.RUNNING, claim_token=token
-    ).order_by("id").values_list("id", flat=True)
+    ids = (
+        Workflow.objects.filter(claimed_by=runner, status=Status.RUNNING, claim_token=token)
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
     return [Claim(run_id=run_id, token=token, runner=runner) for run_id in ids]

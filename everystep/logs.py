@@ -40,8 +40,12 @@ def _on_step_recorded(sender: Any, **kwargs: Any) -> None:
         "status": kwargs["status"],
     }
     logger.debug(
-        "run %s step %s (%s) %s", kwargs["run_id"], kwargs["step_id"], kwargs["step"],
-        kwargs["status"], extra=extra,
+        "run %s step %s (%s) %s",
+        kwargs["run_id"],
+        kwargs["step_id"],
+        kwargs["step"],
+        kwargs["status"],
+        extra=extra,
     )
 
 
@@ -53,21 +57,28 @@ def _on_run_finished(sender: Any, **kwargs: Any) -> None:
     level = {"failed": logging.WARNING, "blocked": logging.ERROR}.get(status, logging.INFO)
     error = kwargs.get("error") or {}
     detail = f": {error.get('type')}: {error.get('message')}" if error else ""
-    logger.log(level, "run %s (%s) %s%s", kwargs["run_id"], kwargs["workflow"], status, detail,
-               extra=extra)
+    logger.log(
+        level, "run %s (%s) %s%s", kwargs["run_id"], kwargs["workflow"], status, detail, extra=extra
+    )
 
 
 def _on_run_requeued(sender: Any, **kwargs: Any) -> None:
     logger.info(
-        "run %s (%s) requeued: %s", kwargs["run_id"], kwargs["workflow"], kwargs["reason"],
+        "run %s (%s) requeued: %s",
+        kwargs["run_id"],
+        kwargs["workflow"],
+        kwargs["reason"],
         extra=_fields("run.requeued", kwargs),
     )
 
 
 def _on_run_abandoned(sender: Any, **kwargs: Any) -> None:
     logger.warning(
-        "run %s (%s) abandoned by this pass: %s", kwargs["run_id"], kwargs["workflow"],
-        kwargs["reason"], extra=_fields("run.abandoned", kwargs),
+        "run %s (%s) abandoned by this pass: %s",
+        kwargs["run_id"],
+        kwargs["workflow"],
+        kwargs["reason"],
+        extra=_fields("run.abandoned", kwargs),
     )
 
 

@@ -26,12 +26,11 @@ def create_run(name: str, args: list[Any], idempotency_key: str | None) -> Workf
     already holds ``(name, idempotency_key)``."""
     if idempotency_key is None:
         return Workflow.objects.create(name=name, args=args)
-    existing = Workflow.objects.filter(name=name, idempotency_key=idempotency_key).first()
-    if existing is not None:
-        return existing
     try:
-        # The savepoint keeps the caller's transaction usable when a concurrent
-        # schedule of the same key wins the unique index.
+        # Insert first, read only on conflict: a read before the write would make SQLite
+        # upgrade a shared lock, which fails at once under concurrent writers instead of
+        # waiting. The savepoint keeps the caller's transaction usable when the unique
+        # index refuses the insert.
         with transaction.atomic():
             return Workflow.objects.create(name=name, args=args, idempotency_key=idempotency_key)
     except IntegrityError:
@@ -89,8 +88,15 @@ def record_step(
                 if settled:
                     return
             Step.objects.create(
-                workflow_id=claim.run_id, step_id=step_id, name=name, args=args, kwargs=kwargs,
-                status=status, result=result, error=error, started_at=started_at,
+                workflow_id=claim.run_id,
+                step_id=step_id,
+                name=name,
+                args=args,
+                kwargs=kwargs,
+                status=status,
+                result=result,
+                error=error,
+                started_at=started_at,
                 finished_at=finished_at,
             )
     except IntegrityError as exc:
@@ -106,7 +112,11 @@ def finish_run(
     touched = Workflow.objects.filter(
         id=claim.run_id, claim_token=claim.token, status=Status.RUNNING
     ).update(
-        status=status, result=result, error=error, claim_token=None, updated_at=now,
+        status=status,
+        result=result,
+        error=error,
+        claim_token=None,
+        updated_at=now,
         completed_at=now if final else None,
     )
     return touched == 1
@@ -116,9 +126,7 @@ def requeue_run(claim: Claim) -> bool:
     """Put the run back to ``scheduled`` with its claim released; False if not ours."""
     touched = Workflow.objects.filter(
         id=claim.run_id, claim_token=claim.token, status=Status.RUNNING
-    ).update(
-        status=Status.SCHEDULED, claimed_by=None, claim_token=None, updated_at=timezone.now()
-    )
+    ).update(status=Status.SCHEDULED, claimed_by=None, claim_token=None, updated_at=timezone.now())
     return touched == 1
 
 
@@ -132,8 +140,12 @@ def resolve_step(run_id: str, step_id: str, *, mode: str, value: Any = None) -> 
     with transaction.atomic():
         # Write first: on SQLite this takes the write lock before anything is read.
         requeued = Workflow.objects.filter(id=run_id, status=Status.BLOCKED).update(
-            status=Status.SCHEDULED, claimed_by=None, claim_token=None, error=None,
-            completed_at=None, updated_at=timezone.now(),
+            status=Status.SCHEDULED,
+            claimed_by=None,
+            claim_token=None,
+            error=None,
+            completed_at=None,
+            updated_at=timezone.now(),
         )
         if not requeued:
             run = get_run(run_id)
@@ -144,9 +156,7 @@ def resolve_step(run_id: str, step_id: str, *, mode: str, value: Any = None) -> 
         if step is None:
             raise EverystepError(f"run {run_id} has no step {step_id!r}")
         if step.status != StepStatus.STARTED:
-            raise EverystepError(
-                f"step {step_id!r} of run {run_id} is {step.status}, not started"
-            )
+            raise EverystepError(f"step {step_id!r} of run {run_id} is {step.status}, not started")
         if mode == "discard":
             step.delete()
         else:

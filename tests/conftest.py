@@ -26,3 +26,14 @@ def vendor() -> str:
     from django.db import connection
 
     return connection.vendor
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under CI=true a skipped test is a failure: it would hide a missing backend."""
+    if os.environ.get("CI", "").lower() not in {"1", "true", "yes"}:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = len(reporter.stats.get("skipped", [])) if reporter else 0
+    if skipped:
+        print(f"\nCI=true: {skipped} test(s) skipped; failing the run.")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

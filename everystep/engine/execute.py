@@ -49,19 +49,30 @@ def run_pass(claim: Claim, *, should_drain: Callable[[], bool] = lambda: False) 
         return _abandon(claim, "?", "the run row no longer exists")
     defn = registry.lookup(row.name)
     if defn is None:
-        return _finish(claim, row.name, time.monotonic(), Status.FAILED, exc=EverystepError(
-            f"unknown workflow {row.name!r}: no @workflow is registered under that name in "
-            "this process (renamed or moved code, or a worker running the wrong project)"
-        ))
+        return _finish(
+            claim,
+            row.name,
+            time.monotonic(),
+            Status.FAILED,
+            exc=EverystepError(
+                f"unknown workflow {row.name!r}: no @workflow is registered under that name in "
+                "this process (renamed or moved code, or a worker running the wrong project)"
+            ),
+        )
     state = RunState(
-        claim=claim, workflow_name=row.name, records=store.load_steps(claim.run_id),
+        claim=claim,
+        workflow_name=row.name,
+        records=store.load_steps(claim.run_id),
         should_drain=should_drain,
         # Branch threads cannot see the rows of an enclosing, uncommitted transaction
         # (a test wrapped in one), so forks run inline there.
         threads_allowed=not connection.in_atomic_block,
     )
     signals.run_started.send(
-        sender=RunState, run_id=claim.run_id, workflow=row.name, runner=claim.runner,
+        sender=RunState,
+        run_id=claim.run_id,
+        workflow=row.name,
+        runner=claim.runner,
         replayed_steps=len(state.records),
     )
     began = time.monotonic()
@@ -89,8 +100,13 @@ def run_pass(claim: Claim, *, should_drain: Callable[[], bool] = lambda: False) 
 def _settle(claim: Claim, workflow: str, began: float, exc: BaseException) -> PassResult:
     if isinstance(exc, DrainRequested):
         if store.requeue_run(claim):
-            signals.run_requeued.send(sender=RunState, run_id=claim.run_id, workflow=workflow,
-                                      runner=claim.runner, reason=str(exc))
+            signals.run_requeued.send(
+                sender=RunState,
+                run_id=claim.run_id,
+                workflow=workflow,
+                runner=claim.runner,
+                reason=str(exc),
+            )
             return PassResult("requeued", exc)
         return _abandon(claim, workflow, "claim lost before the drain requeue")
     if isinstance(exc, RunInterrupted):
@@ -114,20 +130,35 @@ def encode_outcome_error(exc: BaseException) -> dict[str, Any]:
     return error
 
 
-def _finish(claim: Claim, workflow: str, began: float, status: str, *, result: Any = None,
-            exc: BaseException | None = None) -> PassResult:
+def _finish(
+    claim: Claim,
+    workflow: str,
+    began: float,
+    status: str,
+    *,
+    result: Any = None,
+    exc: BaseException | None = None,
+) -> PassResult:
     error = encode_outcome_error(exc) if exc is not None else None
     if not store.finish_run(claim, status, result=result, error=error):
         return _abandon(claim, workflow, f"claim lost before recording {status}")
     signals.run_finished.send(
-        sender=RunState, run_id=claim.run_id, workflow=workflow, runner=claim.runner,
-        status=status, duration=time.monotonic() - began, error=error, exc=exc,
+        sender=RunState,
+        run_id=claim.run_id,
+        workflow=workflow,
+        runner=claim.runner,
+        status=status,
+        duration=time.monotonic() - began,
+        error=error,
+        exc=exc,
     )
     return PassResult(status, exc)
 
 
-def _abandon(claim: Claim, workflow: str, reason: str,
-             exc: BaseException | None = None) -> PassResult:
-    signals.run_abandoned.send(sender=RunState, run_id=claim.run_id, workflow=workflow,
-                               runner=claim.runner, reason=reason)
+def _abandon(
+    claim: Claim, workflow: str, reason: str, exc: BaseException | None = None
+) -> PassResult:
+    signals.run_abandoned.send(
+        sender=RunState, run_id=claim.run_id, workflow=workflow, runner=claim.runner, reason=reason
+    )
     return PassResult("abandoned", exc or ClaimLost(reason))

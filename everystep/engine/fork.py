@@ -31,7 +31,10 @@ _slots: threading.BoundedSemaphore | None = None
 
 # Control flow wins over ordinary errors, in this order.
 _PRECEDENCE: tuple[type[BaseException], ...] = (
-    RunInterrupted, WorkflowCodeError, EffectUncertain, Terminal,
+    RunInterrupted,
+    WorkflowCodeError,
+    EffectUncertain,
+    Terminal,
 )
 
 
@@ -78,10 +81,10 @@ def parallel(*branches: Branch, everystep_id: str | None = None) -> tuple[Any, .
         current_frame.set(frames[index])
         branch = plan[index]
         try:
-            if isinstance(branch, list | tuple):
-                results[index] = tuple(item() for item in branch)
-            else:
+            if callable(branch):
                 results[index] = branch()
+            else:
+                results[index] = tuple(item() for item in branch)
         except BaseException as exc:  # every branch runs to completion; sorted out below
             errors[index] = exc
 
@@ -97,8 +100,10 @@ def _run_all(count: int, run_branch: Callable[[int], None], threads_allowed: boo
         if threads_allowed and slots.acquire(blocking=False):
             ctx = contextvars.copy_context()
             thread = threading.Thread(
-                target=_in_thread, args=(ctx, run_branch, index, slots),
-                name=f"everystep-fork-{index}", daemon=True,
+                target=_in_thread,
+                args=(ctx, run_branch, index, slots),
+                name=f"everystep-fork-{index}",
+                daemon=True,
             )
             thread.start()
             threads.append(thread)
@@ -110,8 +115,12 @@ def _run_all(count: int, run_branch: Callable[[int], None], threads_allowed: boo
         thread.join()
 
 
-def _in_thread(ctx: contextvars.Context, run_branch: Callable[[int], None], index: int,
-               slots: threading.BoundedSemaphore) -> None:
+def _in_thread(
+    ctx: contextvars.Context,
+    run_branch: Callable[[int], None],
+    index: int,
+    slots: threading.BoundedSemaphore,
+) -> None:
     try:
         ctx.run(run_branch, index)
     finally:

@@ -45,8 +45,9 @@ def _maybe_crash(step_id: str, name: str) -> None:
         raise SimulatedCrash(f"simulated crash after the effect of step {step_id} ({name})")
 
 
-def call_step(defn: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any],
-              everystep_id: str | None) -> Any:
+def call_step(
+    defn: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any], everystep_id: str | None
+) -> Any:
     """Run a ``@step`` call: a plain call outside a run or inside another step's body,
     otherwise served from the record or executed and recorded."""
     frame = current_frame.get()
@@ -70,19 +71,24 @@ def call_step(defn: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any],
             raise run.abort(exc)
         raise exc
     if decision is replay.Decision.CODE_CHANGED:
-        raise run.abort(WorkflowCodeError(
-            f"run {run.run_id}: step {step_id} was recorded as {recorded.name} but the "
-            f"workflow now calls {defn.name} there; the code changed incompatibly"
-        ))
-    raise run.abort(EffectUncertain(
-        f"run {run.run_id}: unsafe step {step_id} ({defn.name}) started but its outcome was "
-        "never recorded; settle it with everystep_resolve_step",
-        step_id,
-    ))
+        raise run.abort(
+            WorkflowCodeError(
+                f"run {run.run_id}: step {step_id} was recorded as {recorded.name} but the "
+                f"workflow now calls {defn.name} there; the code changed incompatibly"
+            )
+        )
+    raise run.abort(
+        EffectUncertain(
+            f"run {run.run_id}: unsafe step {step_id} ({defn.name}) started but its outcome was "
+            "never recorded; settle it with everystep_resolve_step",
+            step_id,
+        )
+    )
 
 
-def _execute(frame: Frame, defn: StepDef, step_id: str, args: tuple[Any, ...],
-             kwargs: dict[str, Any]) -> Any:
+def _execute(
+    frame: Frame, defn: StepDef, step_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     run = frame.run
     # The drain boundary: a step that is not recorded yet is not started while draining.
     if run.should_drain():
@@ -90,8 +96,13 @@ def _execute(frame: Frame, defn: StepDef, step_id: str, args: tuple[Any, ...],
     stored_args = serde.encode(list(args), f"arguments of step {step_id}")
     stored_kwargs = serde.encode(kwargs, f"keyword arguments of step {step_id}")
     started_at = timezone.now()
-    record = {"step_id": step_id, "name": defn.name, "args": stored_args,
-              "kwargs": stored_kwargs, "started_at": started_at}
+    record = {
+        "step_id": step_id,
+        "name": defn.name,
+        "args": stored_args,
+        "kwargs": stored_kwargs,
+        "started_at": started_at,
+    }
     if defn.unsafe_to_repeat:
         # Committed before the body runs: a crash inside it leaves evidence on replay.
         store.record_step(run.claim, status="started", **record)
@@ -112,20 +123,35 @@ def _execute(frame: Frame, defn: StepDef, step_id: str, args: tuple[Any, ...],
     try:
         result = serde.encode(value, f"result of step {step_id} ({defn.name})")
     except EverystepError as exc:
-        _record(run, record, "failed", began, error=serde.encode_error(exc),
-                after=defn.unsafe_to_repeat)
+        _record(
+            run, record, "failed", began, error=serde.encode_error(exc), after=defn.unsafe_to_repeat
+        )
         raise
     _record(run, record, "done", began, result=result, after=defn.unsafe_to_repeat)
     return serde.decode(result)
 
 
-def _record(run: RunState, record: dict[str, Any], status: str, began: float, *,
-            result: Any = None, error: dict[str, Any] | None = None, after: bool) -> None:
-    store.record_step(run.claim, status=status, result=result, error=error,
-                      after_started=after, **record)
+def _record(
+    run: RunState,
+    record: dict[str, Any],
+    status: str,
+    began: float,
+    *,
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+    after: bool,
+) -> None:
+    store.record_step(
+        run.claim, status=status, result=result, error=error, after_started=after, **record
+    )
     run.remember(RecordedStep(record["step_id"], record["name"], status, result, error))
     signals.step_recorded.send(
-        sender=RunState, run_id=run.run_id, workflow=run.workflow_name,
-        runner=run.claim.runner, step_id=record["step_id"], step=record["name"],
-        status=status, duration=time.monotonic() - began,
+        sender=RunState,
+        run_id=run.run_id,
+        workflow=run.workflow_name,
+        runner=run.claim.runner,
+        step_id=record["step_id"],
+        step=record["name"],
+        status=status,
+        duration=time.monotonic() - began,
     )

@@ -6,52 +6,102 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Workflow',
+            name="Workflow",
             fields=[
-                ('id', models.UUIDField(default=everystep.models.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('name', models.CharField(max_length=255)),
-                ('args', models.JSONField(default=list)),
-                ('idempotency_key', models.CharField(blank=True, max_length=255, null=True)),
-                ('status', models.CharField(choices=[('scheduled', 'Scheduled'), ('running', 'Running'), ('completed', 'Completed'), ('failed', 'Failed'), ('stopped', 'Stopped'), ('blocked', 'Blocked')], default='scheduled', max_length=16)),
-                ('claimed_by', models.CharField(blank=True, max_length=255, null=True)),
-                ('claim_token', models.UUIDField(blank=True, editable=False, null=True)),
-                ('result', models.JSONField(blank=True, null=True)),
-                ('error', models.JSONField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('completed_at', models.DateTimeField(blank=True, null=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.UUIDField(
+                        default=everystep.models.uuid7,
+                        editable=False,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("name", models.CharField(max_length=255)),
+                ("args", models.JSONField(default=list)),
+                ("idempotency_key", models.CharField(blank=True, max_length=255, null=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("scheduled", "Scheduled"),
+                            ("running", "Running"),
+                            ("completed", "Completed"),
+                            ("failed", "Failed"),
+                            ("stopped", "Stopped"),
+                            ("blocked", "Blocked"),
+                        ],
+                        default="scheduled",
+                        max_length=16,
+                    ),
+                ),
+                ("claimed_by", models.CharField(blank=True, max_length=255, null=True)),
+                ("claim_token", models.UUIDField(blank=True, editable=False, null=True)),
+                ("result", models.JSONField(blank=True, null=True)),
+                ("error", models.JSONField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("completed_at", models.DateTimeField(blank=True, null=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'indexes': [models.Index(fields=['status', 'id'], name='everystep_wf_status_id'), models.Index(fields=['claimed_by', 'status'], name='everystep_wf_claimed'), models.Index(fields=['name', 'id'], name='everystep_wf_name_id')],
-                'constraints': [models.UniqueConstraint(fields=('name', 'idempotency_key'), name='everystep_unique_idempotency_key')],
+                "indexes": [
+                    models.Index(fields=["status", "id"], name="everystep_wf_status_id"),
+                    models.Index(fields=["claimed_by", "status"], name="everystep_wf_claimed"),
+                    models.Index(fields=["name", "id"], name="everystep_wf_name_id"),
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("name", "idempotency_key"), name="everystep_unique_idempotency_key"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Step',
+            name="Step",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('step_id', models.CharField(max_length=300)),
-                ('name', models.CharField(max_length=255)),
-                ('args', models.JSONField(default=list)),
-                ('kwargs', models.JSONField(default=dict)),
-                ('status', models.CharField(choices=[('done', 'Done'), ('failed', 'Failed'), ('started', 'Started')], max_length=16)),
-                ('result', models.JSONField(blank=True, null=True)),
-                ('error', models.JSONField(blank=True, null=True)),
-                ('started_at', models.DateTimeField()),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('workflow', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='steps', to='everystep.workflow')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("step_id", models.CharField(max_length=300)),
+                ("name", models.CharField(max_length=255)),
+                ("args", models.JSONField(default=list)),
+                ("kwargs", models.JSONField(default=dict)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("done", "Done"), ("failed", "Failed"), ("started", "Started")],
+                        max_length=16,
+                    ),
+                ),
+                ("result", models.JSONField(blank=True, null=True)),
+                ("error", models.JSONField(blank=True, null=True)),
+                ("started_at", models.DateTimeField()),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "workflow",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="steps",
+                        to="everystep.workflow",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('workflow', 'step_id'), name='everystep_unique_step')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("workflow", "step_id"), name="everystep_unique_step"
+                    )
+                ],
             },
         ),
     ]

@@ -26,8 +26,13 @@ def test_sequential_workflow_records_positional_steps():
     """Three sequential steps get ids 1, 2, 3; outcomes are visible from body and step."""
     run = finished(schedule(wf.sequential, 2, 3))
     assert run.status == "completed"
-    assert run.result == {"total": 5, "doubled": 10, "pair": [10, 10],
-                          "seen": ["1", "2", "3"], "peek": 10}
+    assert run.result == {
+        "total": 5,
+        "doubled": 10,
+        "pair": [10, 10],
+        "seen": ["1", "2", "3"],
+        "peek": 10,
+    }
     recorded = steps_of(run)
     assert sorted(recorded) == ["1", "2", "3", "4"]
     assert recorded["1"].name == "tests.testapp.workflows.add"
@@ -138,10 +143,13 @@ def test_changed_code_fails_with_workflow_code_error():
     assert wf.CALLS["double"] == 0 and wf.CALLS["echo:three"] == 1
 
 
-@pytest.mark.parametrize("flow, args, reason, payload", [
-    (wf.stop_from_step, (), "customer gone", {"customer": 42}),
-    (wf.stop_from_body, (7,), "over the limit", {"limit": 7}),
-])
+@pytest.mark.parametrize(
+    "flow, args, reason, payload",
+    [
+        (wf.stop_from_step, (), "customer gone", {"customer": 42}),
+        (wf.stop_from_body, (7,), "over the limit", {"limit": 7}),
+    ],
+)
 def test_terminal_stops_the_run(flow, args, reason, payload):
     """Terminal from a step or the body ends the run stopped with reason and payload."""
     run = finished(schedule(flow, *args))

@@ -91,8 +91,13 @@ def sequential(a: int, b: int) -> dict[str, Any]:
     pair_result = pair(doubled)
     ctx = current()
     assert ctx is not None
-    return {"total": total, "doubled": doubled, "pair": pair_result,
-            "seen": sorted(ctx.outcomes), "peek": peek("2")}
+    return {
+        "total": total,
+        "doubled": doubled,
+        "pair": pair_result,
+        "seen": sorted(ctx.outcomes),
+        "peek": peek("2"),
+    }
 
 
 @workflow(name="named-flow")

@@ -49,5 +49,7 @@ class Command(BaseCommand):
             run = store.resolve_step(run_id, options["step_id"], mode=mode, value=value)
         except EverystepError as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write(f"step {options['step_id']} of run {run.id} settled ({mode}); "
-                          f"run requeued as {run.status}")
+        self.stdout.write(
+            f"step {options['step_id']} of run {run.id} settled ({mode}); "
+            f"run requeued as {run.status}"
+        )
