@@ -7,10 +7,17 @@ from __future__ import annotations
 
 from django.conf import settings
 
-DEFAULTS = {
+DEFAULTS: dict[str, object] = {
     # Threads all parallel() forks of this process may use at once, beyond the
     # forking threads themselves; branches without a free slot run inline.
     "EVERYSTEP_FORK_THREADS": 8,
+    # PostgreSQL only: NOTIFY on schedule/requeue and LISTEN in idle workers, so a run
+    # starts in milliseconds instead of up to one poll. Polling stays the correctness path.
+    "EVERYSTEP_NOTIFY": True,
+    # Seconds between runner heartbeats, and the heartbeat age after which another
+    # worker requeues a runner's runs (0 turns orphan recovery off).
+    "EVERYSTEP_HEARTBEAT": 5.0,
+    "EVERYSTEP_ORPHAN_TIMEOUT": 60.0,
 }
 
 
@@ -21,3 +28,16 @@ def get(name: str) -> object:
 def fork_threads() -> int:
     value = get("EVERYSTEP_FORK_THREADS")
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 8
+
+
+def notify() -> bool:
+    return bool(get("EVERYSTEP_NOTIFY"))
+
+
+def seconds(name: str) -> float:
+    value = get(name)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    default = DEFAULTS[name]
+    assert isinstance(default, float)
+    return default

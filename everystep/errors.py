@@ -28,8 +28,12 @@ class StepFailure(EverystepError):
     """
 
     def __init__(self, message: str, original_type: str | None = None) -> None:
-        super().__init__(message)
+        super().__init__(message, original_type)
+        self.message = message
         self.original_type = original_type
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class EffectUncertain(EverystepError):
@@ -37,8 +41,12 @@ class EffectUncertain(EverystepError):
     must settle it with ``everystep_resolve_step`` before the run can go on."""
 
     def __init__(self, message: str, step_id: str | None = None) -> None:
-        super().__init__(message)
+        super().__init__(message, step_id)
+        self.message = message
         self.step_id = step_id
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class Terminal(EverystepError):
@@ -79,6 +87,15 @@ class SimulatedCrash(RunInterrupted):
     side effect and its record."""
 
 
+class StoreUnavailable(RunInterrupted):
+    """Internal: the database could not be reached while reading or recording for a run.
+
+    Nothing was decided: the run stays claimed by this worker, which runs the pass again
+    once the database is back. A step whose record did not land runs again then (steps
+    run at least once).
+    """
+
+
 class RunGone(ClaimLost):
     """Internal: the run's row no longer exists (deleted while it was being executed)."""
 
@@ -92,6 +109,7 @@ __all__ = [
     "RunInterrupted",
     "SimulatedCrash",
     "StepFailure",
+    "StoreUnavailable",
     "Terminal",
     "WorkflowCodeError",
 ]

@@ -111,3 +111,18 @@ class Step(models.Model):
 
     def __str__(self) -> str:
         return f"{self.step_id} {self.name} ({self.status})"
+
+
+class Runner(models.Model):
+    """A live (or recently live) worker process: its heartbeat row."""
+
+    name = models.CharField(max_length=255, unique=True)
+    boot_id = models.UUIDField()
+    pool_size = models.PositiveIntegerField()
+    inflight = models.PositiveIntegerField(default=0)
+    draining = models.BooleanField(default=False)
+    started_at = models.DateTimeField()
+    last_seen = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.inflight}/{self.pool_size})"

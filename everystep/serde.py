@@ -58,7 +58,7 @@ def encode(value: Any, where: str = "value") -> Any:
     if value is None or isinstance(value, bool | str):
         return value
     if isinstance(value, enum.Enum):
-        return {TAG: "enum", "cls": qualified_name(type(value)), "v": encode(value.value, where)}
+        return _encode_enum(value, where)
     if isinstance(value, int):
         return value
     if isinstance(value, float):
@@ -70,6 +70,18 @@ def encode(value: Any, where: str = "value") -> Any:
     if isinstance(value, dict):
         return _encode_dict(value, where)
     return _encode_scalar(value, where)
+
+
+def _encode_enum(value: enum.Enum, where: str) -> dict[str, Any]:
+    # Stored by member name: any member value works, and the class must be importable
+    # by its qualified name or the value could never be read back.
+    cls_name = qualified_name(type(value))
+    if import_qualified(cls_name) is not type(value):
+        raise EverystepError(
+            f"cannot serialize enum member {value!r} at {where}: its class {cls_name} cannot "
+            "be imported by that name (define enums at module level)"
+        )
+    return {TAG: "enum", "cls": cls_name, "name": value.name}
 
 
 def _encode_dict(value: dict[Any, Any], where: str) -> dict[str, Any]:
@@ -87,7 +99,7 @@ def _encode_dict(value: dict[Any, Any], where: str) -> dict[str, Any]:
 def _encode_scalar(value: Any, where: str) -> dict[str, Any]:
     if isinstance(value, dt.datetime):
         tagged: dict[str, Any] = {TAG: "datetime", "v": value.isoformat()}
-        if isinstance(value.tzinfo, ZoneInfo):
+        if isinstance(value.tzinfo, ZoneInfo) and value.tzinfo.key is not None:
             tagged["tz"] = value.tzinfo.key
         return tagged
     if isinstance(value, dt.date):
@@ -119,6 +131,11 @@ def decode(data: Any) -> Any:
 
 
 def _decode_tagged(tag: str, data: dict[str, Any]) -> Any:
+    if tag == "enum":
+        cls = import_qualified(data["cls"])
+        if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
+            raise EverystepError(f"stored enum class {data['cls']!r} cannot be imported")
+        return cls[data["name"]]
     raw = data["v"]
     if tag == "dict":
         return {key: decode(item) for key, item in raw.items()}
@@ -135,11 +152,6 @@ def _decode_tagged(tag: str, data: dict[str, Any]) -> Any:
         return Decimal(raw)
     if tag == "bytes":
         return base64.b64decode(raw)
-    if tag == "enum":
-        cls = import_qualified(data["cls"])
-        if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
-            raise EverystepError(f"stored enum class {data['cls']!r} cannot be imported")
-        return cls(decode(raw))
     raise EverystepError(f"unknown serialization tag {tag!r}")
 
 
@@ -149,12 +161,17 @@ def roundtrip(value: Any, where: str = "value") -> Any:
 
 
 def encode_error(exc: BaseException) -> dict[str, Any]:
-    """Store an exception as ``{type, message, args}``; unserializable args are dropped."""
-    try:
-        args = encode(list(exc.args), "exception args")
-    except EverystepError:
-        args = None
+    """Store an exception as ``{type, message, args}``; an argument that cannot be
+    serialized is stored as its ``repr()``."""
+    args = [_encode_or_repr(arg) for arg in exc.args]
     return {"type": qualified_name(type(exc)), "message": str(exc), "args": args}
+
+
+def _encode_or_repr(value: Any) -> Any:
+    try:
+        return encode(value, "exception argument")
+    except EverystepError:
+        return repr(value)
 
 
 def decode_error(data: dict[str, Any]) -> BaseException:

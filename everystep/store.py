@@ -9,30 +9,55 @@ stale worker's late write is rejected instead of overwriting the newer claimer's
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, ParamSpec, TypeVar
 from uuid import UUID
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
+from everystep.claim import notify_due
 from everystep.engine.state import Claim, RecordedStep
-from everystep.errors import ClaimLost, EverystepError, RunGone, StepFailure
-from everystep.models import Status, Step, StepStatus, Workflow
+from everystep.errors import ClaimLost, EverystepError, RunGone, StepFailure, StoreUnavailable
+from everystep.models import Runner, Status, Step, StepStatus, Workflow
 from everystep.serde import encode_error
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _guarded(func: Callable[P, R]) -> Callable[P, R]:
+    """Turn a lost or unreachable database into ``StoreUnavailable`` for the engine: the
+    pass stops without deciding anything, and the worker retries it later."""
+
+    @functools.wraps(func)
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except (OperationalError, InterfaceError) as exc:
+            raise StoreUnavailable(f"database unavailable in {func.__name__}: {exc}") from exc
+
+    return guarded
 
 
 def create_run(name: str, args: list[Any], idempotency_key: str | None) -> Workflow:
     """Insert a ``scheduled`` run in the caller's transaction, or return the run that
     already holds ``(name, idempotency_key)``."""
     if idempotency_key is None:
-        return Workflow.objects.create(name=name, args=args)
+        run = Workflow.objects.create(name=name, args=args)
+        notify_due()
+        return run
     try:
         # Insert first, read only on conflict: a read before the write would make SQLite
         # upgrade a shared lock, which fails at once under concurrent writers instead of
         # waiting. The savepoint keeps the caller's transaction usable when the unique
         # index refuses the insert.
         with transaction.atomic():
-            return Workflow.objects.create(name=name, args=args, idempotency_key=idempotency_key)
+            run = Workflow.objects.create(name=name, args=args, idempotency_key=idempotency_key)
+            notify_due()
+            return run
     except IntegrityError:
         existing = Workflow.objects.filter(name=name, idempotency_key=idempotency_key).first()
         if existing is None:
@@ -40,11 +65,13 @@ def create_run(name: str, args: list[Any], idempotency_key: str | None) -> Workf
         return existing
 
 
+@_guarded
 def get_run(run_id: UUID | str) -> Workflow | None:
     """The run row, or None if it does not exist."""
     return Workflow.objects.filter(id=run_id).first()
 
 
+@_guarded
 def load_steps(run_id: UUID) -> dict[str, RecordedStep]:
     """Every recorded step of a run, by step id."""
     rows = Step.objects.filter(workflow_id=run_id).values_list(
@@ -63,6 +90,7 @@ def _fence(claim: Claim) -> None:
         raise ClaimLost(f"run {claim.run_id} is no longer claimed by this pass of {claim.runner}")
 
 
+@_guarded
 def record_step(
     claim: Claim,
     *,
@@ -103,6 +131,7 @@ def record_step(
         raise ClaimLost(f"step {step_id} of run {claim.run_id} is already recorded") from exc
 
 
+@_guarded
 def finish_run(
     claim: Claim, status: str, *, result: Any = None, error: dict[str, Any] | None = None
 ) -> bool:
@@ -122,11 +151,14 @@ def finish_run(
     return touched == 1
 
 
+@_guarded
 def requeue_run(claim: Claim) -> bool:
     """Put the run back to ``scheduled`` with its claim released; False if not ours."""
     touched = Workflow.objects.filter(
         id=claim.run_id, claim_token=claim.token, status=Status.RUNNING
     ).update(status=Status.SCHEDULED, claimed_by=None, claim_token=None, updated_at=timezone.now())
+    if touched:
+        notify_due()
     return touched == 1
 
 
@@ -167,6 +199,75 @@ def resolve_step(run_id: str, step_id: str, *, mode: str, value: Any = None) -> 
                 step.status = StepStatus.FAILED
                 step.error = encode_error(StepFailure(value, "everystep_resolve_step"))
             step.save(update_fields=["status", "result", "error", "finished_at"])
+        notify_due()
     run = get_run(run_id)
     assert run is not None
     return run
+
+
+def requeue_runner(name: str) -> list[UUID]:
+    """Put every run left ``running`` under runner ``name`` back to ``scheduled``."""
+    with transaction.atomic():
+        held = Workflow.objects.filter(status=Status.RUNNING, claimed_by=name)
+        ids = list(held.values_list("id", flat=True))
+        Workflow.objects.filter(id__in=ids, status=Status.RUNNING, claimed_by=name).update(
+            status=Status.SCHEDULED,
+            claimed_by=None,
+            claim_token=None,
+            updated_at=timezone.now(),
+        )
+        notify_due()
+    return ids
+
+
+def beat(
+    name: str, boot_id: UUID, *, pool_size: int, inflight: int, draining: bool, started_at: Any
+) -> None:
+    """Record that runner ``name`` (this boot) is alive."""
+    Runner.objects.update_or_create(
+        name=name,
+        defaults={
+            "boot_id": boot_id,
+            "pool_size": pool_size,
+            "inflight": inflight,
+            "draining": draining,
+            "started_at": started_at,
+            "last_seen": timezone.now(),
+        },
+    )
+
+
+def get_runner(name: str) -> Runner | None:
+    """The heartbeat row of runner ``name``, if any."""
+    return Runner.objects.filter(name=name).first()
+
+
+def forget_runner(name: str, boot_id: UUID) -> None:
+    """Remove this boot's heartbeat row at a clean shutdown."""
+    Runner.objects.filter(name=name, boot_id=boot_id).delete()
+
+
+def requeue_orphans(timeout: float) -> list[tuple[UUID, str, str | None]]:
+    """Requeue runs held by runners whose heartbeat is older than ``timeout`` seconds.
+
+    Returns ``(run id, workflow name, dead runner)`` for each requeued run. The heartbeat
+    age is checked again inside the UPDATE itself, so a runner that came back under the
+    same name a moment ago keeps the runs it has just reclaimed.
+    """
+    cutoff = timezone.now() - timedelta(seconds=timeout)
+    dead = Runner.objects.filter(last_seen__lt=cutoff).values("name")
+    with transaction.atomic():
+        orphans = list(
+            Workflow.objects.filter(status=Status.RUNNING, claimed_by__in=dead).values_list(
+                "id", "name", "claimed_by"
+            )
+        )
+        if not orphans:
+            return []
+        requeued = Workflow.objects.filter(
+            id__in=[row[0] for row in orphans], status=Status.RUNNING, claimed_by__in=dead
+        ).update(
+            status=Status.SCHEDULED, claimed_by=None, claim_token=None, updated_at=timezone.now()
+        )
+        notify_due()
+    return orphans if requeued else []

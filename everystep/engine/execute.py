@@ -6,7 +6,9 @@ A pass ends in exactly one of:
   by the claim;
 - ``requeued``: the worker is draining; the run goes back to ``scheduled``;
 - ``abandoned``: nothing more may be written (claim lost, row deleted, simulated
-  crash); whoever holds the run now decides its fate.
+  crash); whoever holds the run now decides its fate;
+- ``retry``: the database could not be reached; the run is still claimed and the
+  pass must be run again once the database is back.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from everystep.errors import (
     EffectUncertain,
     EverystepError,
     RunInterrupted,
+    StoreUnavailable,
     Terminal,
 )
 from everystep.models import Status
@@ -38,12 +41,23 @@ logger = logging.getLogger("everystep.engine")
 class PassResult:
     """How one pass over a run ended."""
 
-    status: str  # a run status, or "requeued" / "abandoned"
+    status: str  # a run status, or "requeued" / "abandoned" / "retry"
     exc: BaseException | None = None
 
 
 def run_pass(claim: Claim, *, should_drain: Callable[[], bool] = lambda: False) -> PassResult:
-    """Replay and advance one claimed run until it reaches an outcome or must stop."""
+    """Replay and advance one claimed run until it reaches an outcome or must stop.
+
+    ``retry`` means the database could not be reached: the run is still claimed by
+    ``claim`` and the caller should run the pass again once the database is back.
+    """
+    try:
+        return _run_pass(claim, should_drain)
+    except StoreUnavailable as exc:
+        return PassResult("retry", exc)
+
+
+def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
     row = store.get_run(claim.run_id)
     if row is None:
         return _abandon(claim, "?", "the run row no longer exists")
@@ -98,6 +112,8 @@ def run_pass(claim: Claim, *, should_drain: Callable[[], bool] = lambda: False) 
 
 
 def _settle(claim: Claim, workflow: str, began: float, exc: BaseException) -> PassResult:
+    if isinstance(exc, StoreUnavailable):
+        raise exc
     if isinstance(exc, DrainRequested):
         if store.requeue_run(claim):
             signals.run_requeued.send(
@@ -124,7 +140,7 @@ def encode_outcome_error(exc: BaseException) -> dict[str, Any]:
     error = serde.encode_error(exc)
     if isinstance(exc, Terminal):
         error["reason"] = exc.reason
-        error["payload"] = error["args"][1] if error["args"] is not None else None
+        error["payload"] = error["args"][1]
     if isinstance(exc, EffectUncertain):
         error["step_id"] = exc.step_id
     return error

@@ -16,9 +16,9 @@ def main() -> None:
     import django
 
     django.setup()
+    from demo_orders.workflows import place_order, sync_catalogue
     from django.core.management import call_command
 
-    from demo_orders.workflows import place_order, sync_catalogue
     from everystep import schedule
     from everystep.testing import run_due
 
