@@ -32,7 +32,7 @@ unit: install-dev
 integration: install-dev
 	@for db in $(DATABASES); do \
 		echo "== integration tests on $$db"; \
-		EVERYSTEP_TEST_DB=$$db $(BIN)/pytest tests/integration || exit 1; \
+		EVERYSTEP_TEST_DB=$$db $(BIN)/pytest tests/integration tests/acceptance || exit 1; \
 	done
 
 test: lint unit integration

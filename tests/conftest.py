@@ -37,3 +37,24 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if skipped:
         print(f"\nCI=true: {skipped} test(s) skipped; failing the run.")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "backends(*names): only meaningful on these databases (sqlite, postgres, mariadb); "
+        "deselected, not skipped, on the others",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests of a database-specific feature (NOTIFY, a server restart) are deselected on
+    the other backends, so that a skip always means something is missing."""
+    backend = os.environ.get("EVERYSTEP_TEST_DB", "sqlite")
+    keep, drop = [], []
+    for item in items:
+        marker = item.get_closest_marker("backends")
+        (keep if marker is None or backend in marker.args else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

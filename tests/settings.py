@@ -60,6 +60,11 @@ elif BACKEND == "mariadb":
 else:
     raise RuntimeError(f"EVERYSTEP_TEST_DB must be sqlite, postgres or mariadb, not {BACKEND!r}")
 
+# Worker subprocesses started by the acceptance tests connect straight to the database
+# the pytest process created.
+if os.environ.get("EVERYSTEP_TEST_SUBPROCESS") and BACKEND != "sqlite":
+    DATABASES["default"]["NAME"] = TEST_DB_NAME
+
 SECRET_KEY = "everystep-tests-only"
 DEBUG = False
 USE_TZ = True
@@ -96,6 +101,14 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"everystep": {"handlers": ["console"], "level": "WARNING"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(process)d %(levelname)s %(name)s %(message)s"}
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "everystep": {
+            "handlers": ["console"],
+            "level": os.environ.get("EVERYSTEP_TEST_LOG_LEVEL", "WARNING"),
+        }
+    },
 }

@@ -195,3 +195,48 @@ def bad_step_id(name: str) -> None:
 def duplicate_step_id() -> None:
     echo("x", everystep_id="same")
     echo("y", everystep_id="same")
+
+
+# -- used by the worker acceptance tests (executed in worker subprocesses) -------------
+
+
+def _log_start(step_name: str) -> Any:
+    import os
+
+    from django.utils import timezone
+
+    from tests.testapp.models import Execution
+
+    ctx = current()
+    assert ctx is not None
+    return Execution.objects.create(
+        run_id=ctx.workflow_id, step=step_name, pid=os.getpid(), started_at=timezone.now()
+    )
+
+
+def _log_end(row: Any) -> None:
+    from django.utils import timezone
+
+    row.finished_at = timezone.now()
+    row.save(update_fields=["finished_at"])
+
+
+@step
+def tracked(label: str, seconds: float = 0.0) -> dict[str, Any]:
+    import os
+    import time
+
+    row = _log_start(label)
+    time.sleep(seconds)
+    _log_end(row)
+    return {"label": label, "pid": os.getpid()}
+
+
+@workflow
+def three_steps(index: int) -> list[Any]:
+    return [tracked(f"a{index}", 0.005), tracked(f"b{index}", 0.005), tracked(f"c{index}", 0.005)]
+
+
+@workflow
+def slow(seconds: float) -> list[Any]:
+    return [tracked("first"), tracked("long", seconds), tracked("last")]

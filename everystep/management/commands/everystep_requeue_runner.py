@@ -1,0 +1,41 @@
+"""``manage.py everystep_requeue_runner NAME``: requeue the runs of a dead runner."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from everystep import conf, store
+
+
+class Command(BaseCommand):
+    help = (
+        "Put every run left 'running' under runner NAME back to 'scheduled' so any worker "
+        "resumes it. Refused while NAME still sends heartbeats, unless --force."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name", help="the dead runner's name")
+        parser.add_argument(
+            "--force", action="store_true", help="requeue even if the runner's heartbeat is recent"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        name = options["name"]
+        runner = store.get_runner(name)
+        if runner is not None and not options["force"]:
+            age = time.time() - runner.last_seen.timestamp()
+            limit = max(
+                conf.seconds("EVERYSTEP_ORPHAN_TIMEOUT"), 2 * conf.seconds("EVERYSTEP_HEARTBEAT")
+            )
+            if age < limit:
+                raise CommandError(
+                    f"runner {name!r} sent a heartbeat {age:.0f}s ago and may be alive; "
+                    "stop it first, or use --force if you are sure it is dead"
+                )
+        ids = store.requeue_runner(name)
+        for run_id in ids:
+            self.stdout.write(str(run_id))
+        self.stdout.write(f"requeued {len(ids)} run(s) held by {name!r}")

@@ -1,0 +1,21 @@
+"""Report unhandled run failures to Sentry, when the host process initialised it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def capture(exc: BaseException, **context: Any) -> None:
+    """Capture ``exc`` with ``context`` (run id, workflow, runner) as tags; a no-op
+    unless ``sentry_sdk`` is installed and initialised."""
+    try:
+        import sentry_sdk
+    except ImportError:
+        return
+    if not sentry_sdk.is_initialized():
+        return
+    with sentry_sdk.new_scope() as scope:
+        for key, value in context.items():
+            scope.set_tag(f"everystep.{key}", str(value))
+        scope.set_context("everystep", {key: str(value) for key, value in context.items()})
+        sentry_sdk.capture_exception(exc)

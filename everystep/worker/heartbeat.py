@@ -1,0 +1,103 @@
+"""The runner heartbeat and orphan recovery, on a thread of their own so a busy claim
+loop or a long step never delays them."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django.db import DatabaseError, connections
+from django.utils import timezone
+
+from everystep import store
+
+logger = logging.getLogger("everystep.worker")
+
+
+class Heartbeat(threading.Thread):
+    """Every ``interval`` seconds: write this runner's row, then requeue the runs of
+    runners whose heartbeat is older than ``orphan_timeout`` (0 = never)."""
+
+    def __init__(
+        self,
+        name: str,
+        pool_size: int,
+        inflight: Callable[[], int],
+        draining: Callable[[], bool],
+        interval: float,
+        orphan_timeout: float,
+    ) -> None:
+        super().__init__(name="everystep-heartbeat", daemon=True)
+        self.runner = name
+        self.boot_id = uuid.uuid4()
+        self.started_at = timezone.now()
+        self.pool_size = pool_size
+        self.inflight = inflight
+        self.draining = draining
+        self.interval = interval
+        self.orphan_timeout = orphan_timeout
+        self.stop_event = threading.Event()
+
+    def beat(self) -> None:
+        store.beat(
+            self.runner,
+            self.boot_id,
+            pool_size=self.pool_size,
+            inflight=self.inflight(),
+            draining=self.draining(),
+            started_at=self.started_at,
+        )
+
+    def recover_orphans(self) -> None:
+        for run_id, workflow, dead in store.requeue_orphans(self.orphan_timeout):
+            logger.warning(
+                "run %s (%s) requeued: runner %s stopped sending heartbeats",
+                run_id,
+                workflow,
+                dead,
+                extra={
+                    "event": "run.orphan_requeued",
+                    "run_id": str(run_id),
+                    "workflow": workflow,
+                    "runner": self.runner,
+                    "dead_runner": dead,
+                },
+            )
+
+    def run(self) -> None:
+        try:
+            while not self.stop_event.wait(self.interval):
+                self._tick()
+        finally:
+            connections.close_all()
+
+    def _tick(self) -> None:
+        try:
+            self.beat()
+            if self.orphan_timeout > 0 and not self.draining():
+                self.recover_orphans()
+        except DatabaseError as exc:
+            logger.warning(
+                "heartbeat failed (%s); retrying", exc, extra=self._extra("worker.heartbeat_failed")
+            )
+            connections.close_all()
+
+    def stop(self) -> None:
+        """Stop beating and remove this boot's row (a clean shutdown is not a death)."""
+        self.stop_event.set()
+        if self.is_alive():
+            self.join(timeout=self.interval + 5)
+        try:
+            store.forget_runner(self.runner, self.boot_id)
+        except DatabaseError as exc:
+            logger.warning(
+                "could not remove the heartbeat row: %s",
+                exc,
+                extra=self._extra("worker.heartbeat_failed"),
+            )
+
+    def _extra(self, event: str) -> dict[str, Any]:
+        return {"event": event, "runner": self.runner}

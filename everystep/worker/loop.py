@@ -1,0 +1,326 @@
+"""``Worker``: the claim loop.
+
+Every ``poll`` seconds (sooner when woken by a finished run or a PostgreSQL NOTIFY):
+reap finished runs → capacity = pool - in flight → claim up to capacity in one
+transaction → submit to the thread pool. Never more than ``pool_size`` runs in flight;
+nothing is claimed while the pool is full.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from django.db import DatabaseError, connection, connections
+
+from everystep import claim, conf, sentry, store
+from everystep.engine.execute import PassResult, encode_outcome_error, run_pass
+from everystep.engine.state import Claim
+from everystep.errors import StoreUnavailable
+from everystep.models import Status
+from everystep.worker import shutdown
+from everystep.worker.heartbeat import Heartbeat
+
+logger = logging.getLogger("everystep.worker")
+
+MAX_BACKOFF = 5.0
+
+
+def _number(name: str, value: Any, *, minimum: float, integer: bool = False) -> None:
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or value < minimum:
+        expected = "an integer" if integer else "a number"
+        raise ValueError(f"{name} must be {expected} >= {minimum:g}, got {value!r}")
+
+
+class Worker:
+    """A worker process's claim loop and thread pool; ``run()`` blocks until stopped.
+
+    Embedded use: start ``run()`` on a thread and call ``stop()`` (thread-safe). Signal
+    handlers (SIGTERM/SIGINT drain, a second signal skips the rest of the drain wait)
+    are installed only when ``run()`` is on the main thread.
+    """
+
+    def __init__(
+        self,
+        pool_size: int = 4,
+        poll: float = 0.2,
+        name: str | None = None,
+        drain: float = 30,
+        metrics_port: int = 0,
+        metrics_bind: str = "0.0.0.0",
+        *,
+        notify: bool | None = None,
+        heartbeat: float | None = None,
+        orphan_timeout: float | None = None,
+    ) -> None:
+        _number("pool_size", pool_size, minimum=1, integer=True)
+        _number("poll", poll, minimum=0.001)
+        _number("drain", drain, minimum=0)
+        _number("metrics_port", metrics_port, minimum=0, integer=True)
+        if metrics_port > 65535:
+            raise ValueError(f"metrics_port must be <= 65535, got {metrics_port}")
+        if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > 255):
+            raise ValueError(
+                f"name must be a non-empty string of at most 255 characters, got {name!r}"
+            )
+        self.pool_size = pool_size
+        self.poll = float(poll)
+        self.name = name or socket.gethostname()
+        self.drain = float(drain)
+        self.metrics_port = metrics_port
+        self.metrics_bind = metrics_bind
+        self.notify = conf.notify() if notify is None else notify
+        self.heartbeat_interval = (
+            conf.seconds("EVERYSTEP_HEARTBEAT") if heartbeat is None else heartbeat
+        )
+        self.orphan_timeout = (
+            conf.seconds("EVERYSTEP_ORPHAN_TIMEOUT") if orphan_timeout is None else orphan_timeout
+        )
+        _number("heartbeat", self.heartbeat_interval, minimum=0.01)
+        _number("orphan_timeout", self.orphan_timeout, minimum=0)
+
+        self._stop = threading.Event()  # stop claiming and drain
+        self._force = threading.Event()  # stop waiting for the drain
+        self._wake = threading.Event()  # a run finished, a NOTIFY arrived, or stop()
+        self._inflight: dict[Future[PassResult], Claim] = {}
+        self._backlog: deque[tuple[float, Claim]] = deque()  # held, not yet submitted
+        self._backoff = 0.0
+        self.last_tick = time.monotonic()  # liveness: the loop is ticking
+        self.ready = threading.Event()  # set once catchup is done and the loop runs
+
+    # -- public -----------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the worker to drain and return. Safe from any thread or a signal handler."""
+        self._stop.set()
+        self._wake.set()
+
+    @property
+    def draining(self) -> bool:
+        return self._stop.is_set()
+
+    @property
+    def inflight(self) -> int:
+        return len(self._inflight)
+
+    def run(self) -> bool:
+        """Claim and execute runs until stopped, then drain.
+
+        Returns True after a clean drain; False when the drain deadline passed with
+        steps still executing (their runs were requeued; their threads are abandoned,
+        and a standalone process should exit now rather than wait for them).
+        """
+        restore = self._install_signals()
+        executor = ThreadPoolExecutor(self.pool_size, thread_name_prefix="everystep-run")
+        beat = Heartbeat(
+            self.name,
+            self.pool_size,
+            lambda: self.inflight,
+            lambda: self.draining,
+            self.heartbeat_interval,
+            self.orphan_timeout,
+        )
+        listen_stop = threading.Event()
+        try:
+            self._start(beat)
+            beat.start()
+            if self.notify and claim.can_listen():
+                claim.Listener(self._wake, listen_stop).start()
+            self.ready.set()
+            while not self._stop.is_set():
+                self._wake.clear()
+                self._tick(executor)
+                self._wake.wait(self._backoff or self.poll)
+        finally:
+            listen_stop.set()
+            clean = shutdown.drain(self, executor, beat)
+            restore()
+        return clean
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def _start(self, beat: Heartbeat) -> None:
+        logger.info(
+            "worker %s starting: pool %d, poll %gs, drain %gs, %s, notify %s",
+            self.name,
+            self.pool_size,
+            self.poll,
+            self.drain,
+            connection.vendor,
+            "on" if self.notify and claim.can_listen() else "off",
+            extra={"event": "worker.starting", "runner": self.name},
+        )
+        while not self._stop.is_set():
+            try:
+                self._warn_if_name_is_live(beat)
+                beat.beat()
+                parked = claim.reclaim_parked(self.name)
+                break
+            except DatabaseError as exc:
+                self._database_down(exc)
+                self._stop.wait(self._backoff)
+        else:
+            return
+        self._database_up()
+        if parked:
+            logger.info(
+                "worker %s resumes %d run(s) parked under its name",
+                self.name,
+                len(parked),
+                extra={"event": "worker.catchup", "runner": self.name},
+            )
+        self._backlog.extend((0.0, held) for held in parked)
+
+    def _warn_if_name_is_live(self, beat: Heartbeat) -> None:
+        other = store.get_runner(self.name)
+        if other is None or other.boot_id == beat.boot_id:
+            return
+        age = time.time() - other.last_seen.timestamp()
+        if age < max(self.orphan_timeout, 2 * self.heartbeat_interval):
+            logger.warning(
+                "runner name %s sent a heartbeat %.0fs ago from another process: if that "
+                "process is still alive, two workers share one name",
+                self.name,
+                age,
+                extra={"event": "worker.name_in_use", "runner": self.name},
+            )
+
+    def _tick(self, executor: ThreadPoolExecutor) -> None:
+        self.last_tick = time.monotonic()
+        self.reap()
+        capacity = self.pool_size - len(self._inflight)
+        if capacity <= 0:
+            return
+        batch = self._take_backlog(capacity)
+        if len(batch) < capacity:
+            try:
+                batch += claim.claim_due(self.name, capacity - len(batch))
+            except DatabaseError as exc:
+                self._database_down(exc)
+            else:
+                self._database_up()
+        for held in batch:
+            future = executor.submit(self._execute, held)
+            self._inflight[future] = held
+            future.add_done_callback(lambda _: self._wake.set())
+
+    def _take_backlog(self, capacity: int) -> list[Claim]:
+        now = time.monotonic()
+        batch: list[Claim] = []
+        later: deque[tuple[float, Claim]] = deque()
+        while self._backlog and len(batch) < capacity:
+            not_before, held = self._backlog.popleft()
+            (batch.append(held) if not_before <= now else later.append((not_before, held)))
+        self._backlog.extendleft(reversed(later))
+        return batch
+
+    def _execute(self, held: Claim) -> PassResult:
+        try:
+            return run_pass(held, should_drain=self._stop.is_set)
+        finally:
+            # Pool threads are reused: never carry a connection (possibly broken by a
+            # database restart) from one run into the next.
+            connections.close_all()
+
+    def reap(self) -> list[tuple[Claim, PassResult | None]]:
+        """Collect finished runs; fail those that crashed outside the engine."""
+        finished = [(future, held) for future, held in self._inflight.items() if future.done()]
+        reaped: list[tuple[Claim, PassResult | None]] = []
+        for future, held in finished:
+            del self._inflight[future]
+            exc = future.exception()
+            if exc is not None:
+                self._fail_crashed(held, exc)
+                reaped.append((held, None))
+                continue
+            result = future.result()
+            if result.status == "retry":
+                self._retry_later(held, result)
+            reaped.append((held, result))
+        return reaped
+
+    def _retry_later(self, held: Claim, result: PassResult) -> None:
+        self._database_down(result.exc)
+        self._backlog.append((time.monotonic() + max(self._backoff, self.poll), held))
+
+    def _fail_crashed(self, held: Claim, exc: BaseException) -> None:
+        try:
+            row = store.get_run(held.run_id)
+        except StoreUnavailable:
+            row = None
+        workflow = row.name if row is not None else "?"
+        extra = {
+            "event": "run.crashed",
+            "run_id": str(held.run_id),
+            "workflow": workflow,
+            "runner": self.name,
+        }
+        logger.error(
+            "run %s (%s) crashed outside the engine; marking it failed",
+            held.run_id,
+            workflow,
+            exc_info=exc,
+            extra=extra,
+        )
+        sentry.capture(exc, run_id=held.run_id, workflow=workflow, runner=self.name)
+        try:
+            store.finish_run(held, Status.FAILED, error=encode_outcome_error(exc))
+        except StoreUnavailable as down:
+            self._retry_later(held, PassResult("retry", down))
+
+    def _database_down(self, exc: BaseException | None) -> None:
+        self._backoff = min(max(self._backoff * 2, self.poll, 0.2), MAX_BACKOFF)
+        logger.warning(
+            "database unavailable (%s); retrying in %.1fs",
+            exc,
+            self._backoff,
+            extra={"event": "worker.database_unavailable", "runner": self.name},
+        )
+        connections.close_all()
+
+    def _database_up(self) -> None:
+        if self._backoff:
+            logger.info(
+                "database reachable again",
+                extra={"event": "worker.database_back", "runner": self.name},
+            )
+        self._backoff = 0.0
+
+    # -- signals ----------------------------------------------------------------------
+
+    def _install_signals(self) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+        def handle(signum: int, frame: Any) -> None:
+            if self._stop.is_set():
+                logger.warning(
+                    "second %s: requeueing in-flight runs now",
+                    signal.Signals(signum).name,
+                    extra={"event": "worker.forced", "runner": self.name},
+                )
+                self._force.set()
+            else:
+                logger.info(
+                    "%s received: draining",
+                    signal.Signals(signum).name,
+                    extra={"event": "worker.signal", "runner": self.name},
+                )
+            self.stop()
+
+        for sig in previous:
+            signal.signal(sig, handle)
+
+        def restore() -> None:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore

@@ -1,0 +1,83 @@
+"""The one shutdown sequence: stop claiming → let in-flight steps finish up to the drain
+deadline → requeue what is left → stop the heartbeat → close connections.
+
+Runs in ``Worker.run()``'s ``finally``, whatever ended the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING
+
+from django.db import DatabaseError, connections
+
+from everystep import store
+from everystep.errors import StoreUnavailable
+
+if TYPE_CHECKING:
+    from everystep.engine.state import Claim
+    from everystep.worker.heartbeat import Heartbeat
+    from everystep.worker.loop import Worker
+
+logger = logging.getLogger("everystep.worker")
+
+
+def drain(worker: Worker, executor: ThreadPoolExecutor, beat: Heartbeat) -> bool:
+    """Drain ``worker``; True if every in-flight run ended on its own before the deadline."""
+    worker.stop()
+    extra = {"event": "worker.draining", "runner": worker.name}
+    logger.info(
+        "worker %s draining %d run(s), drain %gs",
+        worker.name,
+        worker.inflight,
+        worker.drain,
+        extra=extra,
+    )
+    # Held but never started (catchup backlog, database retries): nothing to wait for.
+    while worker._backlog:
+        _requeue(worker, worker._backlog.popleft()[1])
+    deadline = time.monotonic() + worker.drain if worker.drain > 0 else None
+    while worker._inflight and not worker._force.is_set():
+        left = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+        if left <= 0:
+            break
+        wait(list(worker._inflight), timeout=left, return_when=FIRST_COMPLETED)
+        worker.reap()
+        while worker._backlog:  # a pass that could not reach the database
+            _requeue(worker, worker._backlog.popleft()[1])
+    leftovers = list(worker._inflight.values())
+    for held in leftovers:
+        _requeue(worker, held)
+    if leftovers:
+        logger.warning(
+            "worker %s requeued %d run(s) still executing at the drain deadline",
+            worker.name,
+            len(leftovers),
+            extra={"event": "worker.drain_deadline", "runner": worker.name},
+        )
+    beat.stop()
+    executor.shutdown(wait=False, cancel_futures=True)
+    connections.close_all()
+    logger.info(
+        "worker %s stopped", worker.name, extra={"event": "worker.stopped", "runner": worker.name}
+    )
+    return not leftovers
+
+
+def _requeue(worker: Worker, held: Claim) -> None:
+    extra = {"event": "run.requeued", "run_id": str(held.run_id), "runner": worker.name}
+    try:
+        if store.requeue_run(held):
+            logger.info("run %s requeued at shutdown", held.run_id, extra=extra)
+    except (StoreUnavailable, DatabaseError) as exc:
+        # Left running under this name: a restart under the same name, or orphan
+        # recovery once the heartbeat expires, resumes it.
+        logger.error(
+            "run %s could not be requeued (%s); it stays with runner %s",
+            held.run_id,
+            exc,
+            worker.name,
+            extra=extra,
+        )

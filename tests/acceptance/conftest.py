@@ -1,0 +1,121 @@
+"""Real worker subprocesses against the pytest session's test database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection, connections
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+_LIVE: list[WorkerProcess] = []
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll ``predicate`` until truthy; fail early if a worker that should be running died."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        for proc in _LIVE:
+            if proc.expect_alive and proc.proc.poll() is not None:
+                raise AssertionError(
+                    f"worker {proc.name} exited with {proc.proc.returncode} while waiting "
+                    f"for {what}:\n{proc.log()[-3000:]}"
+                )
+        if time.monotonic() > deadline:
+            logs = "\n".join(f"--- {p.name}\n{p.log()[-1500:]}" for p in _LIVE)
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs}")
+        time.sleep(0.1)
+
+
+class WorkerProcess:
+    """One ``manage.py everystep_worker`` subprocess with its log file."""
+
+    def __init__(self, name: str, args: list[str], log: Path) -> None:
+        self.name = name
+        self.log_path = log
+        self.expect_alive = True
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("EVERYSTEP_") or k.startswith("EVERYSTEP_TEST_")
+        }
+        env.update(
+            {
+                "DJANGO_SETTINGS_MODULE": "tests.settings",
+                "EVERYSTEP_TEST_SUBPROCESS": "1",
+                "EVERYSTEP_TEST_LOG_LEVEL": "INFO",
+                "PYTHONPATH": str(ROOT),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        self._log = open(log, "wb")  # noqa: SIM115  (closed in wait/kill)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "everystep_worker", "--name", name, *args],
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def signal(self, sig: int) -> None:
+        if sig in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL):
+            self.expect_alive = False
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self._log.flush()
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        self._log.close()
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start worker subprocesses; every one still alive is killed at teardown."""
+    started: list[WorkerProcess] = []
+
+    def start(name: str, *args: str) -> WorkerProcess:
+        proc = WorkerProcess(name, list(args), tmp_path / f"{name}-{len(started)}.log")
+        started.append(proc)
+        _LIVE.append(proc)
+        return proc
+
+    yield start
+    _LIVE.clear()
+    for proc in started:
+        if proc.proc.poll() is None:
+            proc.signal(signal.SIGKILL)
+        proc.kill()
+    # Connections of the test thread may have been broken by a database restart.
+    connections.close_all()
+
+
+@pytest.fixture
+def fresh_connection() -> Callable[[], None]:
+    return connection.close
