@@ -254,3 +254,30 @@ def test_idle_worker_wakes_on_notify(workers, notify):
     wait_until(lambda: status_of(run) == "completed", 20, "the run to complete")
     proc.signal(signal.SIGTERM)
     assert proc.wait(60) == 0
+
+
+def test_second_sigint_requeues_at_once(workers):
+    """SIGINT drains; a second SIGINT stops waiting, requeues the run and exits 0."""
+    run = schedule(wf.slow, 120)
+    proc = workers("impatient", "--drain", "300", *FAST)
+    wait_until(lambda: started(run, "long"), 60, "the long step to start")
+    proc.signal(signal.SIGINT)
+    wait_until(lambda: "SIGINT received: draining" in proc.log(), 30, "the drain to begin")
+    proc.signal(signal.SIGINT)
+    assert proc.wait(60) == 0
+    run.refresh_from_db()
+    assert (run.status, run.claimed_by) == ("scheduled", None)
+    assert "second SIGINT" in proc.log()
+
+
+def test_drain_zero_waits_for_the_step(workers):
+    """--drain 0 waits for the in-flight step however long it takes, then requeues."""
+    run = schedule(wf.slow, 3)
+    proc = workers("patient", "--drain", "0", *FAST)
+    wait_until(lambda: started(run, "long"), 60, "the long step to start")
+    proc.signal(signal.SIGTERM)
+    assert proc.wait(120) == 0
+    run.refresh_from_db()
+    assert (run.status, run.claimed_by) == ("scheduled", None)
+    recorded = dict(Step.objects.filter(workflow=run).values_list("step_id", "status"))
+    assert recorded == {"1": "done", "2": "done"}

@@ -240,3 +240,19 @@ def three_steps(index: int) -> list[Any]:
 @workflow
 def slow(seconds: float) -> list[Any]:
     return [tracked("first"), tracked("long", seconds), tracked("last")]
+
+
+@step
+def delete_own_run() -> None:
+    from everystep.models import Workflow
+
+    ctx = current()
+    assert ctx is not None
+    Workflow.objects.filter(id=ctx.workflow_id).delete()
+
+
+@workflow
+def self_destruct() -> None:
+    echo("before-delete")
+    delete_own_run()
+    echo("after-delete")

@@ -1,0 +1,173 @@
+"""The Worker class embedded in this process (on a thread), against a real database."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from everystep import schedule
+from everystep.claim import claim_due
+from everystep.engine import execute
+from everystep.engine.execute import run_pass
+from everystep.models import Runner, Step, Workflow
+from everystep.worker import Worker
+from tests.testapp import workflows as wf
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Embedded:
+    def __init__(self, **options: object) -> None:
+        self.worker = Worker(poll=0.02, heartbeat=0.2, orphan_timeout=0, **options)
+        self.returned: list[bool] = []
+        self.thread = threading.Thread(target=lambda: self.returned.append(self.worker.run()))
+
+    def __enter__(self) -> Worker:
+        self.thread.start()
+        assert self.worker.ready.wait(30), "the worker did not start"
+        return self.worker
+
+    def __exit__(self, *exc: object) -> None:
+        self.worker.stop()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "stop() must make run() return"
+
+
+def wait_for(predicate, timeout: float = 60) -> None:
+    done = threading.Event()
+    for _ in range(int(timeout / 0.05)):
+        if predicate():
+            return
+        done.wait(0.05)
+    raise AssertionError("condition not reached")
+
+
+def all_final() -> bool:
+    return not Workflow.objects.filter(status__in=["scheduled", "running"]).exists()
+
+
+@pytest.fixture
+def sigterm_handler() -> Iterator[object]:
+    yield signal.getsignal(signal.SIGTERM)
+
+
+def test_embedded_worker_runs_and_stops_cleanly(sigterm_handler):
+    """run() on a thread executes runs, installs no signal handler, and returns on stop()."""
+    runs = [schedule(wf.sequential, i, i) for i in range(5)]
+    embedded = Embedded(pool_size=2, name="embedded")
+    with embedded as worker:
+        assert signal.getsignal(signal.SIGTERM) is sigterm_handler
+        assert Runner.objects.filter(name="embedded").exists()
+        wait_for(all_final)
+        assert worker.inflight == 0
+    assert embedded.returned == [True]
+    assert {r.status for r in Workflow.objects.filter(id__in=[r.id for r in runs])} == {"completed"}
+    assert not Runner.objects.exists(), "a clean stop removes the heartbeat row"
+
+
+def test_startup_catchup_resumes_every_parked_run():
+    """All runs parked under the worker's name are resumed, not only the first --pool."""
+    runs = [schedule(wf.sequential, i, 1) for i in range(10)]
+    Workflow.objects.filter(id__in=[r.id for r in runs]).update(
+        status="running",
+        claimed_by="catcher",
+        claim_token=uuid.uuid4(),
+        started_at=timezone.now(),
+    )
+    other = schedule(wf.sequential, 0, 0)
+    Workflow.objects.filter(id=other.id).update(status="running", claimed_by="someone-else")
+    with Embedded(pool_size=2, name="catcher"):
+        wait_for(lambda: Workflow.objects.filter(status="completed").count() == 10)
+    assert Workflow.objects.get(id=other.id).status == "running", "other names are left alone"
+
+
+def test_engine_crash_fails_the_run_and_the_worker_goes_on(monkeypatch):
+    """A crash outside the engine's own handling marks the run failed; others still run."""
+    doomed = schedule(wf.sequential, 1, 1)
+    real = execute.store.load_steps
+
+    def broken(run_id):
+        if run_id == doomed.id:
+            raise RuntimeError("engine bug while loading steps")
+        return real(run_id)
+
+    monkeypatch.setattr(execute.store, "load_steps", broken)
+    healthy = schedule(wf.sequential, 2, 2)
+    with Embedded(pool_size=2, name="crashy"):
+        wait_for(all_final)
+    doomed.refresh_from_db()
+    healthy.refresh_from_db()
+    assert doomed.status == "failed"
+    assert doomed.error["type"] == "builtins.RuntimeError"
+    assert "engine bug" in doomed.error["message"]
+    assert healthy.status == "completed"
+
+
+def test_run_deleted_mid_pass_is_skipped():
+    """A run whose row is deleted while it runs is abandoned; the worker goes on."""
+    doomed = schedule(wf.self_destruct)
+    healthy = schedule(wf.sequential, 2, 2)
+    with Embedded(pool_size=1, name="survivor"):
+        wait_for(all_final)
+    assert not Workflow.objects.filter(id=doomed.id).exists()
+    assert not Step.objects.filter(workflow_id=doomed.id).exists()
+    assert wf.CALLS["echo:after-delete"] == 0
+    healthy.refresh_from_db()
+    assert healthy.status == "completed"
+
+
+def test_run_deleted_before_its_pass_is_abandoned():
+    """A claimed run whose row is gone yields an abandoned pass, not an error."""
+    run = schedule(wf.sequential, 1, 1)
+    (held,) = claim_due("solo", 1)
+    Workflow.objects.filter(id=run.id).delete()
+    assert run_pass(held).status == "abandoned"
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--pool", "0"], "pool_size must be an integer >= 1"),
+        (["--poll", "0"], "poll must be a number >= 0.001"),
+        (["--drain", "-1"], "drain must be a number >= 0"),
+        (["--metrics-port", "70000"], "metrics_port must be <= 65535"),
+        (["--name", " "], "name must be a non-empty string"),
+        (["--orphan-timeout", "-5"], "orphan_timeout must be a number >= 0"),
+    ],
+)
+def test_worker_command_rejects_bad_flags(flags, message):
+    """Invalid worker flags are a clear CommandError before anything starts."""
+    with pytest.raises(CommandError, match=message):
+        call_command("everystep_worker", *flags)
+    assert not Runner.objects.exists()
+
+
+def test_worker_command_rejects_non_numbers():
+    """A non-numeric --pool is refused by the argument parser."""
+    with pytest.raises(CommandError, match="invalid int value"):
+        call_command("everystep_worker", "--pool", "many")
+
+
+def test_requeue_runner_command():
+    """Runs of a dead runner are requeued; a runner with a fresh heartbeat is refused."""
+    run = schedule(wf.sequential, 1, 1)
+    Workflow.objects.filter(id=run.id).update(status="running", claimed_by="ghost")
+    Runner.objects.create(
+        name="ghost",
+        boot_id=uuid.uuid4(),
+        pool_size=4,
+        started_at=timezone.now(),
+        last_seen=timezone.now(),
+    )
+    with pytest.raises(CommandError, match="may be alive"):
+        call_command("everystep_requeue_runner", "ghost")
+    assert Workflow.objects.get(id=run.id).status == "running"
+    call_command("everystep_requeue_runner", "ghost", "--force")
+    run.refresh_from_db()
+    assert (run.status, run.claimed_by, run.claim_token) == ("scheduled", None, None)
