@@ -9,4 +9,7 @@ class EverystepConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from everystep import checks, logs  # noqa: F401  (registers checks and log receivers)
+        from everystep import checks, logs, metrics, sentry  # noqa: F401  (signal receivers)
+
+        metrics.install()
+        sentry.install()

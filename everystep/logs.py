@@ -6,7 +6,9 @@ fields, so a structured formatter can ship them as they are.
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from typing import Any
 
 from everystep import signals
@@ -87,3 +89,27 @@ signals.step_recorded.connect(_on_step_recorded, dispatch_uid="everystep.logs.st
 signals.run_finished.connect(_on_run_finished, dispatch_uid="everystep.logs.run_finished")
 signals.run_requeued.connect(_on_run_requeued, dispatch_uid="everystep.logs.run_requeued")
 signals.run_abandoned.connect(_on_run_abandoned, dispatch_uid="everystep.logs.run_abandoned")
+
+
+_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and every ``extra`` field
+    (``event``, ``run_id``, ``workflow``, ``runner``, ``step_id`` …) at the top level."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        payload: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                payload[key] = value
+        if record.exc_info:
+            payload["exception"] = self.formatException(record.exc_info)
+        return json.dumps(payload, default=str)
+
+    converter = time.gmtime  # type: ignore[assignment]

@@ -1,13 +1,16 @@
 """Lifecycle signals. Logging and metrics subscribe to these; the engine and the worker
 only send them, so neither imports a metrics or tracing library.
 
-Every signal is sent with ``run_id``, ``workflow`` (the workflow name) and ``runner``.
+Every signal about a run is sent with ``run_id``, ``workflow`` (the workflow name) and
+``runner``.
 """
 
 from __future__ import annotations
 
 from django.dispatch import Signal
 
+#: A worker claimed runs. Sent with ``runner`` and ``count`` only.
+runs_claimed = Signal()
 #: A pass over a run is starting. Extra: ``replayed_steps`` (recorded step count).
 run_started = Signal()
 #: A step executed and its outcome was recorded. Extra: ``step_id``, ``step``,

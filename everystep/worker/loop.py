@@ -19,13 +19,14 @@ from typing import Any
 
 from django.db import DatabaseError, connection, connections
 
-from everystep import claim, conf, sentry, store
+from everystep import claim, conf, sentry, signals, store
 from everystep.engine.execute import PassResult, encode_outcome_error, run_pass
 from everystep.engine.state import Claim
-from everystep.errors import StoreUnavailable
+from everystep.errors import EverystepError, StoreUnavailable
 from everystep.models import Status
 from everystep.worker import shutdown
 from everystep.worker.heartbeat import Heartbeat
+from everystep.worker.http import ProbeServer
 
 logger = logging.getLogger("everystep.worker")
 
@@ -59,6 +60,7 @@ class Worker:
         notify: bool | None = None,
         heartbeat: float | None = None,
         orphan_timeout: float | None = None,
+        liveness_timeout: float | None = None,
     ) -> None:
         _number("pool_size", pool_size, minimum=1, integer=True)
         _number("poll", poll, minimum=0.001)
@@ -85,6 +87,12 @@ class Worker:
         )
         _number("heartbeat", self.heartbeat_interval, minimum=0.01)
         _number("orphan_timeout", self.orphan_timeout, minimum=0)
+        # How long the loop may go without ticking before liveness fails: a tick waits at
+        # most max(poll, database backoff), so this leaves a wide margin.
+        self.liveness_timeout = (
+            max(60.0, 10 * self.poll) if liveness_timeout is None else liveness_timeout
+        )
+        _number("liveness_timeout", self.liveness_timeout, minimum=0.01)
 
         self._stop = threading.Event()  # stop claiming and drain
         self._force = threading.Event()  # stop waiting for the drain
@@ -117,6 +125,7 @@ class Worker:
         steps still executing (their runs were requeued; their threads are abandoned,
         and a standalone process should exit now rather than wait for them).
         """
+        probe = self._probe_server()
         restore = self._install_signals()
         executor = ThreadPoolExecutor(self.pool_size, thread_name_prefix="everystep-run")
         beat = Heartbeat(
@@ -141,10 +150,24 @@ class Worker:
         finally:
             listen_stop.set()
             clean = shutdown.drain(self, executor, beat)
+            if probe is not None:
+                probe.stop()
             restore()
         return clean
 
     # -- the loop ---------------------------------------------------------------------
+
+    def _probe_server(self) -> ProbeServer | None:
+        if not self.metrics_port:
+            return None
+        try:
+            probe = ProbeServer(self)
+        except OSError as exc:
+            raise EverystepError(
+                f"cannot serve metrics on {self.metrics_bind}:{self.metrics_port}: {exc}"
+            ) from exc
+        probe.start()
+        return probe
 
     def _start(self, beat: Heartbeat) -> None:
         logger.info(
@@ -158,6 +181,7 @@ class Worker:
             extra={"event": "worker.starting", "runner": self.name},
         )
         while not self._stop.is_set():
+            self.last_tick = time.monotonic()  # retrying the database is not being wedged
             try:
                 self._warn_if_name_is_live(beat)
                 beat.beat()
@@ -177,6 +201,8 @@ class Worker:
                 extra={"event": "worker.catchup", "runner": self.name},
             )
         self._backlog.extend((0.0, held) for held in parked)
+        if parked:
+            signals.runs_claimed.send(sender=Worker, runner=self.name, count=len(parked))
 
     def _warn_if_name_is_live(self, beat: Heartbeat) -> None:
         other = store.get_runner(self.name)
@@ -201,11 +227,14 @@ class Worker:
         batch = self._take_backlog(capacity)
         if len(batch) < capacity:
             try:
-                batch += claim.claim_due(self.name, capacity - len(batch))
+                claimed = claim.claim_due(self.name, capacity - len(batch))
             except DatabaseError as exc:
                 self._database_down(exc)
             else:
                 self._database_up()
+                if claimed:
+                    signals.runs_claimed.send(sender=Worker, runner=self.name, count=len(claimed))
+                batch += claimed
         for held in batch:
             future = executor.submit(self._execute, held)
             self._inflight[future] = held

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, connections
 
-from everystep import store
+from everystep import signals, store
 from everystep.errors import StoreUnavailable
 
 if TYPE_CHECKING:
@@ -67,10 +67,16 @@ def drain(worker: Worker, executor: ThreadPoolExecutor, beat: Heartbeat) -> bool
 
 
 def _requeue(worker: Worker, held: Claim) -> None:
-    extra = {"event": "run.requeued", "run_id": str(held.run_id), "runner": worker.name}
     try:
+        row = store.get_run(held.run_id)
         if store.requeue_run(held):
-            logger.info("run %s requeued at shutdown", held.run_id, extra=extra)
+            signals.run_requeued.send(
+                sender=type(worker),
+                run_id=held.run_id,
+                runner=worker.name,
+                workflow=row.name if row is not None else "?",
+                reason="worker shutdown",
+            )
     except (StoreUnavailable, DatabaseError) as exc:
         # Left running under this name: a restart under the same name, or orphan
         # recovery once the heartbeat expires, resumes it.
@@ -79,5 +85,9 @@ def _requeue(worker: Worker, held: Claim) -> None:
             held.run_id,
             exc,
             worker.name,
-            extra=extra,
+            extra={
+                "event": "run.requeue_failed",
+                "run_id": str(held.run_id),
+                "runner": worker.name,
+            },
         )

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -42,7 +45,9 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
 class WorkerProcess:
     """One ``manage.py everystep_worker`` subprocess with its log file."""
 
-    def __init__(self, name: str, args: list[str], log: Path) -> None:
+    def __init__(
+        self, name: str, args: list[str], log: Path, extra_path: str | None = None
+    ) -> None:
         self.name = name
         self.log_path = log
         self.expect_alive = True
@@ -56,7 +61,7 @@ class WorkerProcess:
                 "DJANGO_SETTINGS_MODULE": "tests.settings",
                 "EVERYSTEP_TEST_SUBPROCESS": "1",
                 "EVERYSTEP_TEST_LOG_LEVEL": "INFO",
-                "PYTHONPATH": str(ROOT),
+                "PYTHONPATH": os.pathsep.join(filter(None, [extra_path, str(ROOT)])),
                 "PYTHONUNBUFFERED": "1",
             }
         )
@@ -100,8 +105,9 @@ def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     """Start worker subprocesses; every one still alive is killed at teardown."""
     started: list[WorkerProcess] = []
 
-    def start(name: str, *args: str) -> WorkerProcess:
-        proc = WorkerProcess(name, list(args), tmp_path / f"{name}-{len(started)}.log")
+    def start(name: str, *args: str, extra_path: str | None = None) -> WorkerProcess:
+        log = tmp_path / f"{name}-{len(started)}.log"
+        proc = WorkerProcess(name, list(args), log, extra_path)
         started.append(proc)
         _LIVE.append(proc)
         return proc
@@ -119,3 +125,20 @@ def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
 @pytest.fixture
 def fresh_connection() -> Callable[[], None]:
     return connection.close
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    """GET http://127.0.0.1:port/path; (status, body), or (0, error) if unreachable."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError as exc:
+        return 0, str(exc)

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from everystep.errors import EverystepError
 from everystep.worker import Worker
 
 
@@ -75,7 +76,11 @@ class Command(BaseCommand):
             )
         except ValueError as exc:
             raise CommandError(f"invalid option: {exc}") from None
-        if not worker.run():
+        try:
+            clean = worker.run()
+        except EverystepError as exc:
+            raise CommandError(str(exc)) from None
+        if not clean:
             # Steps still executing past the drain deadline were requeued; exiting
             # normally would wait for their threads, so leave now.
             logging.shutdown()

@@ -1,0 +1,71 @@
+"""Liveness and readiness of a worker, as Kubernetes probes and the image HEALTHCHECK
+see them.
+
+- *Liveness*: the claim loop has ticked recently. A wedged loop (stuck on a lock, a
+  hung database call without timeout) fails it, so the supervisor restarts the process.
+  While draining the loop no longer ticks on purpose, so liveness holds.
+- *Readiness*: the database answers, everystep's migrations are applied, and the worker
+  is not draining.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from django.db import DatabaseError, connections
+
+from everystep import store
+
+if TYPE_CHECKING:
+    from everystep.worker.loop import Worker
+
+
+@dataclass
+class Probe:
+    ok: bool
+    checks: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, **self.checks}
+
+
+def liveness(worker: Worker) -> Probe:
+    """Is the claim loop ticking?"""
+    age = time.monotonic() - worker.last_tick
+    ok = worker.draining or age <= worker.liveness_timeout
+    return Probe(
+        ok,
+        {
+            "last_tick_age_seconds": round(age, 3),
+            "limit_seconds": worker.liveness_timeout,
+            "draining": worker.draining,
+        },
+    )
+
+
+class Readiness:
+    """Readiness checks; the migration check is cached once it has passed, because
+    building the migration plan reads every migration file."""
+
+    def __init__(self) -> None:
+        self._migrated = False
+
+    def __call__(self, worker: Worker) -> Probe:
+        checks: dict[str, Any] = {"draining": worker.draining}
+        try:
+            store.ping()
+            checks["database"] = "ok"
+            if not self._migrated:
+                missing = [m for m in store.unapplied_migrations() if m.startswith("everystep.")]
+                self._migrated = not missing
+                if missing:
+                    checks["unapplied_migrations"] = missing
+            checks["migrations"] = "ok" if self._migrated else "missing"
+        except DatabaseError as exc:
+            checks["database"] = f"unreachable: {exc}".strip()
+        finally:
+            connections.close_all()  # probes run on the HTTP server's threads
+        ok = checks["database"] == "ok" and self._migrated and not worker.draining
+        return Probe(ok, checks)

@@ -1,0 +1,118 @@
+"""``manage.py everystep_prune --older-than DAYS``: delete old finished runs and their steps."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from everystep import store
+from everystep.models import FINAL_STATUSES
+
+FINAL: list[str] = sorted(str(status) for status in FINAL_STATUSES)
+SAMPLE = 20
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete runs that reached a final status (completed, failed, stopped) more than DAYS "
+        "ago, with their steps, in batches of short transactions. Scheduled, running and "
+        "blocked runs are never deleted."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--older-than",
+            required=True,
+            metavar="DAYS",
+            help="delete runs completed more than DAYS ago (a positive number, e.g. 30 or 0.5)",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=int,
+            default=1000,
+            metavar="N",
+            help="runs deleted per transaction (default 1000)",
+        )
+        parser.add_argument(
+            "--status",
+            nargs="+",
+            action="extend",
+            metavar="STATUS",
+            help=f"only runs with these final statuses ({', '.join(FINAL)}; default all)",
+        )
+        parser.add_argument(
+            "--dry-run", action="store_true", help="report what would be deleted; delete nothing"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        cutoff = _cutoff(options["older_than"])
+        statuses = _statuses(options["status"])
+        batch_size = options["batch_size"]
+        self.verbosity = options["verbosity"]
+        if batch_size < 1:
+            raise CommandError(f"--batch-size must be at least 1, not {batch_size}")
+        if options["dry_run"]:
+            self._report(cutoff, statuses)
+        else:
+            self._prune(cutoff, statuses, batch_size)
+
+    def _report(self, cutoff: datetime, statuses: list[str]) -> None:
+        counts = store.prunable_counts(cutoff, statuses)
+        when = cutoff.isoformat(timespec="seconds")
+        self.stdout.write(f"dry run: {sum(counts.values())} run(s) completed before {when}")
+        for status, count in counts.items():
+            self.stdout.write(f"  {status}: {count}")
+        sample = store.prunable_sample(cutoff, statuses, SAMPLE)
+        if sample:
+            self.stdout.write(f"first {len(sample)} (oldest ids first):")
+        for run in sample:
+            completed = run.completed_at.isoformat(timespec="seconds") if run.completed_at else "-"
+            self.stdout.write(f"  {run.id}  {run.status:<9}  {completed}  {run.name}")
+
+    def _prune(self, cutoff: datetime, statuses: list[str], batch_size: int) -> None:
+        # One transaction per batch, so locks are held for one batch at a time and a
+        # worker writing meanwhile never waits behind the whole prune.
+        total_runs = total_steps = batches = 0
+        while True:
+            runs, steps = store.prune_batch(cutoff, statuses, batch_size)
+            if not runs:
+                break
+            batches += 1
+            total_runs += runs
+            total_steps += steps
+            if self.verbosity >= 2:
+                self.stdout.write(f"batch {batches}: {runs} run(s), {steps} step(s)")
+        self.stdout.write(
+            f"deleted {total_runs} run(s) and {total_steps} step(s) in {batches} batch(es)"
+        )
+
+
+def _cutoff(raw: Any) -> datetime:
+    try:
+        days = float(raw)
+    except (TypeError, ValueError):
+        raise CommandError(f"--older-than must be a number of days, not {raw!r}") from None
+    if not math.isfinite(days) or days <= 0:
+        raise CommandError(f"--older-than must be a positive number of days, not {raw!r}")
+    try:
+        return timezone.now() - timedelta(days=days)
+    except OverflowError:
+        raise CommandError(f"--older-than {raw!r} reaches before year 1") from None
+
+
+def _statuses(requested: list[str] | str | None) -> list[str]:
+    if not requested:
+        return FINAL
+    if isinstance(requested, str):  # call_command(..., status="failed")
+        requested = [requested]
+    refused = [status for status in requested if status not in FINAL_STATUSES]
+    if refused:
+        raise CommandError(
+            f"cannot prune status {', '.join(refused)}: only final statuses "
+            f"({', '.join(FINAL)}) are pruned"
+        )
+    return sorted(set(requested))

@@ -1,0 +1,84 @@
+"""``manage.py everystep_runs``: list the most recent runs, newest first."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from everystep import store
+from everystep.models import Status, Workflow
+
+
+class Command(BaseCommand):
+    help = (
+        "List the most recent runs, newest first: id, status, workflow, runner, created and "
+        "completed times. --json prints one JSON object per line."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--status", help=f"only runs in this status ({', '.join(Status)})")
+        parser.add_argument("--name", metavar="WORKFLOW_NAME", help="only runs of this workflow")
+        parser.add_argument("--runner", metavar="NAME", help="only runs claimed by this runner")
+        parser.add_argument(
+            "--limit", type=int, default=50, metavar="N", help="at most N runs (default 50)"
+        )
+        parser.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        status = options["status"]
+        if status is not None and status not in Status.values:
+            raise CommandError(f"unknown status {status!r}; valid: {', '.join(Status.values)}")
+        if options["limit"] < 1:
+            raise CommandError(f"--limit must be at least 1, not {options['limit']}")
+        runs = store.list_runs(
+            status=status, name=options["name"], runner=options["runner"], limit=options["limit"]
+        )
+        if options["json"]:
+            for run in runs:
+                self.stdout.write(json.dumps(run_summary(run)))
+        else:
+            self._table(runs)
+
+    def _table(self, runs: list[Workflow]) -> None:
+        header = ["id", "status", "name", "claimed_by", "created_at", "completed_at"]
+        rows = [header, *(_row(run) for run in runs)]
+        # Columns padded to their widest cell, so the output reads as a table and still
+        # splits on whitespace for awk and friends.
+        widths = [max(len(row[col]) for row in rows) for col in range(len(header))]
+        for row in rows:
+            cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+            self.stdout.write("  ".join(cells).rstrip())
+
+
+def run_summary(run: Workflow) -> dict[str, Any]:
+    """The listing's fields of a run, as JSON-ready values."""
+    return {
+        "id": str(run.id),
+        "status": run.status,
+        "name": run.name,
+        "claimed_by": run.claimed_by,
+        "created_at": _iso(run.created_at),
+        "completed_at": _iso(run.completed_at),
+    }
+
+
+def _row(run: Workflow) -> list[str]:
+    return [
+        str(run.id),
+        run.status,
+        run.name,
+        run.claimed_by or "-",
+        _when(run.created_at),
+        _when(run.completed_at),
+    ]
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
+
+
+def _when(moment: datetime | None) -> str:
+    return moment.isoformat(timespec="seconds") if moment else "-"

@@ -1,0 +1,149 @@
+"""``manage.py everystep_show RUN_ID``: one run, its outcome and its steps."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from everystep import store
+from everystep.models import Status, Step, Workflow
+
+# Step results and errors are summarised to one line of about this many characters; the
+# full values are in --json.
+SUMMARY = 80
+
+
+class Command(BaseCommand):
+    help = (
+        "Show one run: arguments, status, result or error, timestamps, runner, and its "
+        "steps in the order they started. --json prints everything, unabridged."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("run_id", help="the run's id (a UUID)")
+        parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        run_id = options["run_id"]
+        try:
+            uuid.UUID(run_id)
+        except ValueError:
+            raise CommandError(f"{run_id!r} is not a run id (a UUID)") from None
+        run = store.get_run(run_id)
+        if run is None:
+            raise CommandError(f"no run with id {run_id}")
+        steps = store.run_steps(run.id)
+        if options["json"]:
+            self.stdout.write(json.dumps(run_detail(run, steps), indent=2))
+        else:
+            self._text(run, steps)
+
+    def _text(self, run: Workflow, steps: list[Step]) -> None:
+        fields = [
+            ("run", str(run.id)),
+            ("workflow", run.name),
+            ("status", run.status),
+            ("args", _json(run.args)),
+            ("claimed_by", run.claimed_by or "-"),
+            ("created_at", _when(run.created_at)),
+            ("started_at", _when(run.started_at)),
+            ("completed_at", _when(run.completed_at)),
+        ]
+        if run.error is not None:
+            fields.append(("error", _error(run.error)))
+        elif run.result is not None or run.status == Status.COMPLETED:
+            fields.append(("result", _json(run.result)))
+        for label, value in fields:
+            self.stdout.write(f"{label:<13} {value}")
+        self.stdout.write(f"steps ({len(steps)}):")
+        rows = [_step_cells(step) for step in steps]
+        # Every column but the last (the outcome) is padded, so the steps read as a table.
+        widths = [max(len(row[col]) for row in rows) for col in range(6)] if rows else []
+        for row in rows:
+            padded = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
+            self.stdout.write("  " + "  ".join([*padded, row[-1]]))
+
+
+def run_detail(run: Workflow, steps: list[Step]) -> dict[str, Any]:
+    """Everything recorded about a run, as JSON-ready values."""
+    return {
+        "id": str(run.id),
+        "name": run.name,
+        "status": run.status,
+        "args": run.args,
+        "idempotency_key": run.idempotency_key,
+        "claimed_by": run.claimed_by,
+        "result": run.result,
+        "error": run.error,
+        "created_at": _iso(run.created_at),
+        "started_at": _iso(run.started_at),
+        "completed_at": _iso(run.completed_at),
+        "steps": [_step_detail(step) for step in steps],
+    }
+
+
+def _step_detail(step: Step) -> dict[str, Any]:
+    return {
+        "step_id": step.step_id,
+        "name": step.name,
+        "status": step.status,
+        "started_at": _iso(step.started_at),
+        "finished_at": _iso(step.finished_at),
+        "duration": _duration(step),
+        "result": step.result,
+        "error": step.error,
+    }
+
+
+def _step_cells(step: Step) -> list[str]:
+    duration = _duration(step)
+    if step.error is not None:
+        outcome = "error: " + _error(step.error)
+    elif step.finished_at is None:
+        # An unsafe step that started but never recorded an outcome: the reason a run
+        # is blocked.
+        outcome = "no outcome recorded"
+    else:
+        outcome = "result: " + _json(step.result)
+    return [
+        step.step_id,
+        step.name,
+        step.status,
+        _when(step.started_at),
+        _when(step.finished_at),
+        "-" if duration is None else f"{duration:.3f}s",
+        _clip(outcome),
+    ]
+
+
+def _duration(step: Step) -> float | None:
+    if step.finished_at is None:
+        return None
+    return (step.finished_at - step.started_at).total_seconds()
+
+
+def _error(error: Any) -> str:
+    if isinstance(error, dict) and "type" in error:
+        return f"{error['type']}: {error.get('message', '')}"
+    return _json(error)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= SUMMARY else text[: SUMMARY - 1] + "…"
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
+
+
+def _when(moment: datetime | None) -> str:
+    return moment.isoformat(timespec="milliseconds") if moment else "-"

@@ -1,0 +1,181 @@
+"""Prometheus metrics: the one module that owns them.
+
+Counters and histograms are fed by the lifecycle signals; the queue gauges and the
+worker gauges are computed on every scrape (custom collectors), so they are fresh no
+matter who scrapes. Optional: without prometheus-client installed, ``available()`` is
+False and nothing here is registered.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from django.db import DatabaseError, connections
+from django.http import HttpRequest, HttpResponse
+
+from everystep import signals
+
+if TYPE_CHECKING:
+    from everystep.worker.loop import Worker
+
+logger = logging.getLogger("everystep.metrics")
+
+try:
+    import prometheus_client
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.registry import Collector
+except ImportError:  # pragma: no cover - exercised by the "metrics off" path
+    prometheus_client = None  # type: ignore[assignment]
+
+_lock = threading.Lock()
+_installed: dict[str, Any] = {}
+
+
+def available() -> bool:
+    """Whether prometheus-client is installed."""
+    return prometheus_client is not None
+
+
+def install() -> None:
+    """Create the metrics and subscribe them to the lifecycle signals (idempotent)."""
+    if prometheus_client is None:
+        return
+    with _lock:
+        if _installed:
+            return
+        pc = prometheus_client
+        _installed.update(
+            runs=pc.Counter(
+                "everystep_workflow_runs", "Runs that reached an outcome.", ["workflow", "status"]
+            ),
+            run_seconds=pc.Histogram(
+                "everystep_workflow_duration_seconds",
+                "Duration of the pass that reached the outcome.",
+                ["workflow", "status"],
+            ),
+            steps=pc.Counter(
+                "everystep_step_runs",
+                "Steps executed and recorded.",
+                ["workflow", "step", "status"],
+            ),
+            step_seconds=pc.Histogram(
+                "everystep_step_duration_seconds",
+                "Duration of executed steps.",
+                ["workflow", "step"],
+            ),
+            claims=pc.Counter("everystep_worker_claims", "Runs claimed by a worker.", ["runner"]),
+            requeued=pc.Counter("everystep_worker_requeued", "Runs a worker requeued.", ["runner"]),
+        )
+        pc.REGISTRY.register(QueueCollector())
+    signals.run_finished.connect(_on_run_finished, dispatch_uid="everystep.metrics.finished")
+    signals.step_recorded.connect(_on_step_recorded, dispatch_uid="everystep.metrics.step")
+    signals.runs_claimed.connect(_on_runs_claimed, dispatch_uid="everystep.metrics.claimed")
+    signals.run_requeued.connect(_on_run_requeued, dispatch_uid="everystep.metrics.requeued")
+
+
+def _on_run_finished(sender: Any, **kw: Any) -> None:
+    _installed["runs"].labels(kw["workflow"], kw["status"]).inc()
+    _installed["run_seconds"].labels(kw["workflow"], kw["status"]).observe(kw["duration"])
+
+
+def _on_step_recorded(sender: Any, **kw: Any) -> None:
+    if kw["status"] == "started":  # the start of an unsafe step is not an execution
+        return
+    _installed["steps"].labels(kw["workflow"], kw["step"], kw["status"]).inc()
+    _installed["step_seconds"].labels(kw["workflow"], kw["step"]).observe(kw["duration"])
+
+
+def _on_runs_claimed(sender: Any, **kw: Any) -> None:
+    _installed["claims"].labels(kw["runner"]).inc(kw["count"])
+
+
+def _on_run_requeued(sender: Any, **kw: Any) -> None:
+    _installed["requeued"].labels(kw["runner"]).inc()
+
+
+_QUEUE_GAUGES = (
+    ("everystep_workflows_pending", "pending", "Runs scheduled and not yet claimed."),
+    ("everystep_workflows_running", "running", "Runs claimed by a worker."),
+    (
+        "everystep_workflows_blocked",
+        "blocked",
+        "Runs waiting for a human to settle an uncertain step.",
+    ),
+    (
+        "everystep_workflows_oldest_pending_age_seconds",
+        "oldest_pending_age",
+        "Age of the oldest scheduled run (0 when none).",
+    ),
+)
+
+
+class QueueCollector(Collector if prometheus_client else object):  # type: ignore[misc]
+    """Queue gauges, read from the database at scrape time."""
+
+    def describe(self) -> Iterator[Any]:
+        # Lets the registry learn the names without querying the database (registration
+        # happens in AppConfig.ready(), before the database may be used).
+        for name, _, doc in _QUEUE_GAUGES:
+            yield GaugeMetricFamily(name, doc)
+
+    def collect(self) -> Iterator[Any]:
+        from everystep import store
+
+        try:
+            stats = store.queue_stats()
+        except DatabaseError as exc:
+            logger.warning(
+                "queue metrics unavailable: %s", exc, extra={"event": "metrics.queue_unavailable"}
+            )
+            return
+        finally:
+            # Scrapes run on the metrics server's threads: never keep a connection there.
+            connections.close_all()
+        for name, key, doc in _QUEUE_GAUGES:
+            yield GaugeMetricFamily(name, doc, value=stats[key])
+
+
+class WorkerCollector(Collector if prometheus_client else object):  # type: ignore[misc]
+    """Gauges of one worker, read from the live Worker object at scrape time."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.started_at = time.time()
+
+    def collect(self) -> Iterator[Any]:
+        runner = self.worker.name
+        for name, value, doc in (
+            ("everystep_worker_pool_size", self.worker.pool_size, "Max runs in flight."),
+            ("everystep_worker_inflight", self.worker.inflight, "Runs in flight now."),
+            (
+                "everystep_worker_started_at_seconds",
+                self.started_at,
+                "Unix time the worker started.",
+            ),
+        ):
+            family = GaugeMetricFamily(name, doc, labels=["runner"])
+            family.add_metric([runner], value)
+            yield family
+
+
+def exposition() -> tuple[bytes, str]:
+    """The current metrics in the Prometheus text format, and its content type."""
+    assert prometheus_client is not None
+    return prometheus_client.generate_latest(), prometheus_client.CONTENT_TYPE_LATEST
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """A Django view serving the metrics, for a host project to mount in its urls."""
+    if prometheus_client is None:
+        return HttpResponse(
+            "prometheus-client is not installed: pip install 'everystep[metrics]'\n",
+            status=503,
+            content_type="text/plain",
+        )
+    install()
+    body, content_type = exposition()
+    return HttpResponse(body, content_type=content_type)

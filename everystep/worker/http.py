@@ -1,0 +1,103 @@
+"""The worker's HTTP port: ``/metrics``, ``/healthz`` (liveness), ``/readyz`` (readiness)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+from everystep import health, metrics
+
+if TYPE_CHECKING:
+    from everystep.worker.loop import Worker
+
+logger = logging.getLogger("everystep.worker")
+
+
+class ProbeServer:
+    """A small threaded HTTP server bound to ``--metrics-bind:--metrics-port``."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.readiness = health.Readiness()
+        self.collector: Any = None
+        if metrics.available():
+            metrics.install()
+            self.collector = metrics.WorkerCollector(worker)
+            import prometheus_client
+
+            prometheus_client.REGISTRY.register(self.collector)
+        else:
+            logger.warning(
+                "prometheus-client is not installed: metrics are off on port %d (health "
+                "endpoints still served); pip install 'everystep[metrics]'",
+                worker.metrics_port,
+                extra={"event": "worker.metrics_off", "runner": worker.name},
+            )
+        self.httpd = ThreadingHTTPServer(
+            (worker.metrics_bind, worker.metrics_port), self._handler()
+        )
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, name="everystep-http", daemon=True
+        )
+
+    def start(self) -> None:
+        self.thread.start()
+        logger.info(
+            "metrics and health on http://%s:%d",
+            self.worker.metrics_bind,
+            self.port,
+            extra={"event": "worker.http_started", "runner": self.worker.name},
+        )
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        if self.collector is not None:
+            import prometheus_client
+
+            prometheus_client.REGISTRY.unregister(self.collector)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    self._metrics()
+                elif path in ("/healthz", "/livez"):
+                    self._probe(health.liveness(server.worker))
+                elif path == "/readyz":
+                    self._probe(server.readiness(server.worker))
+                else:
+                    self._send(404, b"not found\n", "text/plain")
+
+            def _metrics(self) -> None:
+                if not metrics.available():
+                    self._send(
+                        503, b"metrics are off: prometheus-client is not installed\n", "text/plain"
+                    )
+                    return
+                body, content_type = metrics.exposition()
+                self._send(200, body, content_type)
+
+            def _probe(self, probe: health.Probe) -> None:
+                body = json.dumps(probe.as_dict()).encode() + b"\n"
+                self._send(200 if probe.ok else 503, body, "application/json")
+
+            def _send(self, status: int, body: bytes, content_type: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                logger.debug("http " + format, *args)
+
+        return Handler
