@@ -15,7 +15,7 @@ install: $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 
 install-dev: $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[postgres,mysql,metrics,sentry,dev]'
+	$(BIN)/pip install --quiet -e '.[postgres,mysql,metrics,sentry,otel,dev]' -e ./image
 
 demo: install
 	$(BIN)/python image/demo_project/run_demo.py
@@ -23,7 +23,7 @@ demo: install
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy everystep
+	$(BIN)/mypy everystep image/everystep_runner
 
 unit: install-dev
 	$(BIN)/pytest tests/unit

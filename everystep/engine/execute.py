@@ -21,7 +21,7 @@ from typing import Any
 
 from django.db import connection
 
-from everystep import registry, serde, signals, store
+from everystep import registry, serde, signals, store, tracing
 from everystep.engine.state import Claim, Frame, RunState, Scope, current_frame
 from everystep.errors import (
     ClaimLost,
@@ -94,7 +94,10 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
     value: Any = None
     token = current_frame.set(Frame(state, Scope()))
     try:
-        value = defn.fn(*serde.decode(row.args))
+        with tracing.span(
+            "everystep.workflow", run_id=claim.run_id, workflow=row.name, runner=claim.runner
+        ):
+            value = defn.fn(*serde.decode(row.args))
     except (Exception, RunInterrupted) as exc:
         outcome = exc
     finally:

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import connections
 
-from everystep import conf
+from everystep import conf, tracing
 from everystep.engine.state import Frame, Scope, current_frame
 from everystep.errors import (
     EffectUncertain,
@@ -67,6 +67,7 @@ def parallel(*branches: Branch, everystep_id: str | None = None) -> tuple[Any, .
     """Run ``branches`` concurrently; return their results as a tuple in branch order."""
     plan = _normalize(branches)
     frame = current_frame.get()
+    fork_id: str | None = None
     if frame is None or frame.in_step:
         frames: list[Frame | None] = [None] * len(plan)
         threads_allowed = True
@@ -88,7 +89,14 @@ def parallel(*branches: Branch, everystep_id: str | None = None) -> tuple[Any, .
         except BaseException as exc:  # every branch runs to completion; sorted out below
             errors[index] = exc
 
-    _run_all(len(plan), run_branch, threads_allowed)
+    if fork_id is None:
+        _run_all(len(plan), run_branch, threads_allowed)
+    else:
+        assert frame is not None
+        with tracing.span(
+            "everystep.fork", run_id=frame.run.run_id, fork_id=fork_id, branches=len(plan)
+        ):
+            _run_all(len(plan), run_branch, threads_allowed)
     return _settle(results, errors)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from everystep import serde, signals, store
+from everystep import serde, signals, store, tracing
 from everystep.engine import replay
 from everystep.engine.state import Frame, RecordedStep, RunState, current_frame
 from everystep.errors import (
@@ -109,7 +109,8 @@ def _execute(
     began = time.monotonic()
     token = current_frame.set(Frame(run, frame.scope, step_id))
     try:
-        value = defn.fn(*args, **kwargs)
+        with tracing.span("everystep.step", run_id=run.run_id, step_id=step_id, step=defn.name):
+            value = defn.fn(*args, **kwargs)
     except Exception as exc:
         current_frame.reset(token)
         _maybe_crash(step_id, defn.name)
