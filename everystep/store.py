@@ -381,3 +381,34 @@ def prune_batch(cutoff: Any, statuses: list[str], batch_size: int) -> tuple[int,
             return 0, steps
         _, deleted = Workflow.objects.filter(id__in=ids).delete()
     return deleted.get(Workflow._meta.label, 0), steps
+
+
+# The UI's read-only queries (everystep.ui.views); list_runs, get_run and run_steps above
+# serve it too.
+
+
+def status_counts(*, name: str | None = None) -> dict[str, int]:
+    """How many runs there are in each status (every status listed, zeros included), in
+    one aggregate query; only runs of workflow ``name`` if given."""
+    runs = Workflow.objects.all() if name is None else Workflow.objects.filter(name=name)
+    rows = runs.order_by().values_list("status").annotate(n=Count("id"))
+    counts = dict.fromkeys(Status.values, 0)
+    counts.update({status: n for status, n in rows})
+    return counts
+
+
+def list_runners() -> list[Runner]:
+    """Every runner heartbeat row, by name."""
+    return list(Runner.objects.order_by("name"))
+
+
+def held_runs() -> dict[str, int]:
+    """How many ``running`` runs each runner name holds, in one aggregate query (names
+    without a heartbeat row included: their runs wait for orphan recovery)."""
+    rows = (
+        Workflow.objects.filter(status=Status.RUNNING, claimed_by__isnull=False)
+        .order_by()
+        .values_list("claimed_by")
+        .annotate(n=Count("id"))
+    )
+    return {name: n for name, n in rows}

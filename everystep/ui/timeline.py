@@ -1,0 +1,82 @@
+"""Where each step's bar sits on a run's timeline, as CSS percentages, and how long
+things took, as short human text."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Generic, Protocol, TypeVar
+
+
+class Timed(Protocol):
+    @property
+    def started_at(self) -> datetime: ...
+
+    @property
+    def finished_at(self) -> datetime | None: ...
+
+
+T = TypeVar("T", bound=Timed)
+
+
+@dataclass(frozen=True)
+class Bar(Generic[T]):
+    """One step's bar. ``left`` and ``width`` are percentages of the timeline's span,
+    formatted with a dot whatever the locale, for a ``style`` attribute."""
+
+    item: T
+    left: str
+    width: str
+    duration: timedelta | None  # None while the step has no outcome
+
+
+@dataclass(frozen=True)
+class Timeline(Generic[T]):
+    """The bars of a run's steps and the span they cover, from the first step's start."""
+
+    bars: list[Bar[T]]
+    span: timedelta
+
+
+def build_timeline(items: Sequence[T], open_until: datetime) -> Timeline[T]:
+    """Bars for ``items`` relative to the earliest start; a step without an outcome
+    (an unsafe step in flight or left uncertain) runs until ``open_until``."""
+    if not items:
+        return Timeline([], timedelta(0))
+    origin = min(item.started_at for item in items)
+    end = max(max(item.finished_at or open_until for item in items), origin)
+    total = (end - origin).total_seconds()
+    bars = []
+    for item in items:
+        stop = max(item.finished_at or open_until, item.started_at)
+        left = _percent(item.started_at - origin, total)
+        width = min(_percent(stop - item.started_at, total), 100.0 - left)
+        duration = None if item.finished_at is None else stop - item.started_at
+        bars.append(Bar(item, f"{left:.2f}", f"{width:.2f}", duration))
+    return Timeline(bars, end - origin)
+
+
+def _percent(delta: timedelta, total: float) -> float:
+    if total <= 0:
+        return 0.0
+    return min(max(delta.total_seconds() / total * 100.0, 0.0), 100.0)
+
+
+def format_duration(delta: timedelta | None) -> str:
+    """``850 ms``, ``12.30 s``, ``4 min 5 s``, ``2 h 10 min``, ``3 d 4 h``; empty for None."""
+    if delta is None:
+        return ""
+    seconds = max(delta.total_seconds(), 0.0)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.2f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"

@@ -1,0 +1,179 @@
+"""Read-only pages: the most recent runs, one run (steps, graph, timeline), the runners.
+
+Every page needs an active staff user; anonymous and non-staff users are sent to the
+admin login (``settings.LOGIN_URL`` when the admin is not mounted). Run arguments and
+results are private by default: ``EVERYSTEP_UI_PUBLIC = True`` (exactly ``True``, read
+at each request) opens the pages to everyone, for a UI that sits behind its own
+authentication. The views call the store and build a context, nothing more.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from operator import attrgetter
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.contrib.admin.views.decorators import staff_member_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render, resolve_url
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_safe
+
+from everystep import conf, store
+from everystep.models import Status, Workflow
+from everystep.ui.graph import build_graph
+from everystep.ui.timeline import build_timeline, format_duration
+
+RUNS_LIMIT = 200
+# Auto-refresh is opt-in per page view (``?refresh=1``): an idle tab costs nothing.
+REFRESH_SECONDS = 5
+FILTER_MAX_LENGTH = 255
+
+View = Callable[..., HttpResponse]
+
+
+def _login_url() -> str:
+    try:
+        return reverse("admin:login")
+    except NoReverseMatch:
+        return resolve_url(settings.LOGIN_URL)
+
+
+def ui_view(view: View) -> View:
+    """Staff only unless ``EVERYSTEP_UI_PUBLIC is True``; GET/HEAD only; never cached."""
+
+    @functools.wraps(view)
+    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if getattr(settings, "EVERYSTEP_UI_PUBLIC", False) is True:
+            return view(request, *args, **kwargs)
+        checked = staff_member_required(view, login_url=_login_url())
+        return checked(request, *args, **kwargs)
+
+    return never_cache(require_safe(guarded))
+
+
+def _refresh(request: HttpRequest) -> int | None:
+    return REFRESH_SECONDS if request.GET.get("refresh") == "1" else None
+
+
+def _text_filter(request: HttpRequest, param: str, notices: list[str]) -> str | None:
+    value = request.GET.get(param, "").strip()
+    if len(value) > FILTER_MAX_LENGTH:
+        notices.append(f"The {param} filter is longer than {FILTER_MAX_LENGTH} characters.")
+        return None
+    return value or None
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _span(start: datetime | None, end: datetime | None) -> timedelta | None:
+    return end - start if start is not None and end is not None else None
+
+
+@ui_view
+def runs(request: HttpRequest) -> HttpResponse:
+    """The most recent runs, newest first, filtered by status, workflow name and runner."""
+    notices: list[str] = []
+    status = request.GET.get("status") or None
+    if status is not None and status not in Status.values:
+        notices.append(f"Unknown status {status!r} ignored; use one of {', '.join(Status.values)}.")
+        status = None
+    name = _text_filter(request, "workflow", notices)
+    runner = _text_filter(request, "runner", notices)
+    rows = [
+        {"run": run, "duration": format_duration(_span(run.started_at, run.completed_at))}
+        for run in store.list_runs(status=status, name=name, runner=runner, limit=RUNS_LIMIT)
+    ]
+    context = {
+        "nav": "runs",
+        "notices": notices,
+        "refresh_seconds": _refresh(request),
+        "statuses": Status.values,
+        "counts": store.status_counts(name=name),
+        "status": status,
+        "workflow": name,
+        "runner": runner,
+        "rows": rows,
+        "limit": RUNS_LIMIT,
+    }
+    return render(request, "everystep/runs.html", context)
+
+
+@ui_view
+def run(request: HttpRequest, run_id: UUID) -> HttpResponse:
+    """One run: arguments, outcome, steps, their fork/sequence graph and timeline."""
+    found = store.get_run(run_id)
+    if found is None:
+        raise Http404(f"no run with id {run_id}")
+    steps = store.run_steps(run_id)
+    timeline = build_timeline(steps, _open_until(found))
+    context = {
+        "nav": "runs",
+        "refresh_seconds": _refresh(request),
+        "run": found,
+        "duration": format_duration(_span(found.started_at, found.completed_at)),
+        "args_json": _pretty(found.args),
+        "result_json": _pretty(found.result),
+        "error_json": _pretty(found.error),
+        "error": found.error if isinstance(found.error, dict) else {},
+        "steps": [
+            {
+                "step": step,
+                "duration": format_duration(_span(step.started_at, step.finished_at)),
+                "detail_json": _pretty(
+                    {"args": step.args, "kwargs": step.kwargs, "result": step.result}
+                    | ({"error": step.error} if step.error is not None else {})
+                ),
+            }
+            for step in steps
+        ],
+        "graph": build_graph(steps, attrgetter("step_id")),
+        "timeline": timeline,
+        "timeline_span": format_duration(timeline.span),
+    }
+    return render(request, "everystep/run.html", context)
+
+
+def _open_until(found: Workflow) -> datetime:
+    # A step without an outcome is still going while its run is live; otherwise it
+    # stopped when the run last changed (a blocked run waits for a human, not the step).
+    if found.status in (Status.SCHEDULED, Status.RUNNING):
+        return timezone.now()
+    return found.completed_at or found.updated_at
+
+
+@ui_view
+def runners(request: HttpRequest) -> HttpResponse:
+    """The runners' heartbeat rows and the runs each one holds."""
+    now = timezone.now()
+    held = store.held_runs()
+    # A heartbeat missed three times over is worth a look long before orphan recovery.
+    late_after = 3 * conf.seconds("EVERYSTEP_HEARTBEAT")
+    rows = []
+    for runner in store.list_runners():
+        age = now - runner.last_seen
+        rows.append(
+            {
+                "runner": runner,
+                "held": held.pop(runner.name, 0),
+                "age": format_duration(age),
+                "late": age.total_seconds() > late_after,
+            }
+        )
+    context = {
+        "nav": "runners",
+        "refresh_seconds": _refresh(request),
+        "rows": rows,
+        "unknown_holders": sorted(held.items()),
+        "running": Status.RUNNING.value,
+    }
+    return render(request, "everystep/runners.html", context)

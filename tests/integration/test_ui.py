@@ -1,0 +1,279 @@
+"""The read-only UI: access control, the runs list, one run's page and the runners."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from everystep import schedule
+from everystep.models import Runner, Status, Step, Workflow
+from everystep.testing import run_due
+from tests.testapp import workflows
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PAGES = ["everystep:runs", "everystep:runners"]
+
+
+def page(client: Any, url: str, **params: str) -> str:
+    response = client.get(url, params)
+    assert response.status_code == 200, response.status_code
+    return response.content.decode()
+
+
+def run_url(run_id: Any) -> str:
+    return reverse("everystep:run", args=[run_id])
+
+
+def listed_ids(html: str) -> list[str]:
+    return re.findall(r'class="es-id" href="[^"]+">([0-9a-f-]{36})<', html)
+
+
+def count_of(html: str, status: str) -> int:
+    match = re.search(rf'data-status="{status}">(\d+)<', html)
+    assert match is not None, status
+    return int(match.group(1))
+
+
+def make_run(status: str = Status.COMPLETED, name: str = "wf.a", **fields: Any) -> Workflow:
+    return Workflow.objects.create(name=name, status=status, args=[1], **fields)
+
+
+@pytest.fixture
+def staff(client: Any, django_user_model: Any) -> Any:
+    user = django_user_model.objects.create_user("staff", password="pw", is_staff=True)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def some_run() -> Workflow:
+    return make_run()
+
+
+# --- access ------------------------------------------------------------------------
+
+
+def all_urls(run: Workflow) -> list[str]:
+    return [reverse(name) for name in PAGES] + [run_url(run.id)]
+
+
+def assert_sent_to_login(client: Any, url: str) -> None:
+    response = client.get(url)
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("admin:login") + "?next=")
+
+
+def test_anonymous_is_sent_to_login(client, some_run):
+    """Every page redirects an anonymous visitor to the admin login."""
+    for url in all_urls(some_run):
+        assert_sent_to_login(client, url)
+
+
+def test_non_staff_user_is_sent_to_login(client, django_user_model, some_run):
+    """A logged-in user without is_staff is redirected, not shown the runs."""
+    client.force_login(django_user_model.objects.create_user("plain", password="pw"))
+    for url in all_urls(some_run):
+        assert_sent_to_login(client, url)
+
+
+def test_inactive_staff_user_is_sent_to_login(client, django_user_model, some_run):
+    """A deactivated staff account is not let in."""
+    user = django_user_model.objects.create_user("gone", password="pw", is_staff=True)
+    client.force_login(user)
+    django_user_model.objects.filter(pk=user.pk).update(is_active=False)
+    for url in all_urls(some_run):
+        assert_sent_to_login(client, url)
+
+
+def test_public_opt_out_lets_anonymous_in(client, settings, some_run):
+    """EVERYSTEP_UI_PUBLIC = True serves every page without a login."""
+    settings.EVERYSTEP_UI_PUBLIC = True
+    for url in all_urls(some_run):
+        assert client.get(url).status_code == 200
+
+
+def test_public_opt_out_needs_exactly_true(client, settings, some_run):
+    """A merely truthy EVERYSTEP_UI_PUBLIC (a string) keeps the login requirement."""
+    settings.EVERYSTEP_UI_PUBLIC = "False"
+    assert_sent_to_login(client, reverse("everystep:runs"))
+
+
+def test_write_methods_are_refused(staff, some_run):
+    """The UI is read-only: POST gets 405 on every page."""
+    for url in all_urls(some_run):
+        assert staff.post(url).status_code == 405
+
+
+# --- runs list ---------------------------------------------------------------------
+
+
+def test_runs_list_shows_runs_newest_first_with_counts(staff):
+    """Runs are listed newest first, with per-status counts over all runs."""
+    made = [make_run(Status.COMPLETED), make_run(Status.FAILED), make_run(Status.COMPLETED)]
+    make_run(Status.RUNNING, claimed_by="worker-7")
+    html = page(staff, reverse("everystep:runs"))
+    assert listed_ids(html)[1:] == [str(run.id) for run in reversed(made)]
+    assert "worker-7" in html
+    assert count_of(html, "completed") == 2
+    assert count_of(html, "failed") == 1
+    assert count_of(html, "running") == 1
+    assert count_of(html, "blocked") == 0
+
+
+def test_runs_list_filters_by_status_workflow_and_runner(staff):
+    """The status, workflow and runner filters narrow the list; counts follow the workflow."""
+    a_done = make_run(Status.COMPLETED, "wf.a")
+    a_failed = make_run(Status.FAILED, "wf.a")
+    b_failed = make_run(Status.FAILED, "wf.b", claimed_by="r1")
+    url = reverse("everystep:runs")
+    assert listed_ids(page(staff, url, status="failed")) == [str(b_failed.id), str(a_failed.id)]
+    html = page(staff, url, workflow="wf.a")
+    assert listed_ids(html) == [str(a_failed.id), str(a_done.id)]
+    assert (count_of(html, "failed"), count_of(html, "completed")) == (1, 1)
+    assert listed_ids(page(staff, url, status="failed", workflow="wf.a")) == [str(a_failed.id)]
+    assert listed_ids(page(staff, url, runner="r1")) == [str(b_failed.id)]
+    assert listed_ids(page(staff, url, workflow="wf.none")) == []
+
+
+def test_unknown_status_is_ignored_with_a_notice(staff):
+    """An unknown status filter is ignored and says so; the page still lists every run."""
+    runs = [make_run(Status.COMPLETED), make_run(Status.FAILED)]
+    html = page(staff, reverse("everystep:runs"), status="exploded")
+    assert "Unknown status &#x27;exploded&#x27; ignored" in html
+    assert len(listed_ids(html)) == len(runs)
+
+
+def test_runs_list_stops_at_the_200_most_recent(staff):
+    """Only the 200 newest runs are listed."""
+    Workflow.objects.bulk_create(Workflow(name="wf.bulk", args=[]) for _ in range(205))
+    newest = list(Workflow.objects.order_by("-id").values_list("id", flat=True))
+    ids = listed_ids(page(staff, reverse("everystep:runs")))
+    assert ids == [str(run_id) for run_id in newest[:200]]
+
+
+def test_auto_refresh_only_when_ticked(staff, some_run):
+    """The meta refresh appears only with ?refresh=1, on every page."""
+    refresh = '<meta http-equiv="refresh" content="5">'
+    for url in all_urls(some_run):
+        assert refresh not in page(staff, url)
+        html = page(staff, url, refresh="1")
+        assert refresh in html
+        assert 'name="refresh" value="1" checked' in html
+
+
+# --- one run -----------------------------------------------------------------------
+
+
+def section(html: str, css_class: str) -> str:
+    start = html.index(f'<div class="{css_class}">')
+    return html[start:]
+
+
+def test_forked_run_page_shows_steps_graph_and_timeline(staff):
+    """A finished ``forked`` run shows its six steps, the fork graph and six bars."""
+    run = schedule(workflows.forked)
+    run_due()
+    html = page(staff, run_url(run.id))
+    expected = ["1", "fan.0.1", "fan.1.right", "fan.2.1", "fan.2.2", "3"]
+    assert sorted(re.findall(r'<tr id="step-([^"]+)">', html)) == sorted(expected)
+    assert "tests.testapp.workflows.echo" in html
+    assert '<span class="es-badge es-completed">completed</span>' in html
+    assert "&quot;head&quot;" in html  # the result, pretty-printed and escaped
+
+    graph = section(html, "es-graph")
+    assert re.findall(r'href="#step-([^"]+)"', graph) == expected
+    assert "fork <code>fan</code>" in graph
+    assert graph.count('<div class="es-branch">') == 3
+
+    bars = re.findall(r'class="es-bar es-done" style="left: ([\d.]+)%; width: ([\d.]+)%"', html)
+    assert len(bars) == len(expected)
+    assert all(0 <= float(left) <= float(left) + float(width) <= 100 for left, width in bars)
+    assert min(float(left) for left, _ in bars) == 0
+
+
+def test_failed_run_page_shows_the_error(staff):
+    """A failed run shows the error's type and message instead of a result."""
+    run = schedule(workflows.failing)
+    run_due()
+    html = page(staff, run_url(run.id))
+    assert "<code>builtins.ValueError</code>: boom" in html
+    assert "<h2>Result</h2>" not in html
+    assert '<span class="es-badge es-failed">failed</span>' in html
+
+
+def test_run_without_steps_has_no_graph(staff):
+    """A scheduled run shows its arguments and says no steps are recorded yet."""
+    run = Workflow.objects.create(name="wf.pending", args=[{"order": 17}])
+    html = page(staff, run_url(run.id))
+    assert "&quot;order&quot;: 17" in html
+    assert "No steps recorded yet." in html
+    assert 'class="es-graph"' not in html
+
+
+def test_unknown_run_is_404(staff):
+    """A run id that does not exist gives 404."""
+    assert staff.get(run_url(uuid.uuid4())).status_code == 404
+
+
+def test_user_data_is_escaped(staff):
+    """Arguments, names, step ids and results are HTML-escaped, never injected raw."""
+    evil = "<script>alert(1)</script>"
+    run = Workflow.objects.create(
+        name=f"wf{evil}", args=[evil], status=Status.FAILED, error={"type": evil, "message": evil}
+    )
+    now = timezone.now()
+    Step.objects.create(
+        workflow=run, step_id='x"><b>', name=evil, status="done", result=evil, started_at=now
+    )
+    for url in (run_url(run.id), reverse("everystep:runs")):
+        html = page(staff, url)
+        assert evil not in html
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+        assert 'x"><b>' not in html
+    listed = page(staff, reverse("everystep:runs"), workflow=f"wf{evil}")
+    assert listed_ids(listed) == [str(run.id)]
+    assert evil not in listed
+
+
+# --- runners -----------------------------------------------------------------------
+
+
+def make_runner(name: str, *, age: float = 0.0, **fields: Any) -> Runner:
+    now = timezone.now()
+    defaults = {"boot_id": uuid.uuid4(), "pool_size": 4, "started_at": now}
+    return Runner.objects.create(
+        name=name, last_seen=now - timedelta(seconds=age), **(defaults | fields)
+    )
+
+
+def test_runners_page_shows_heartbeats_and_held_runs(staff):
+    """Each runner's row shows its pool and how many running runs it holds; holders
+    without a heartbeat row are listed apart, and a silent runner is marked late."""
+    make_runner("alpha", inflight=2)
+    make_runner("beta", age=3600, draining=True)
+    for _ in range(2):
+        make_run(Status.RUNNING, claimed_by="alpha")
+    make_run(Status.COMPLETED, claimed_by="alpha")
+    make_run(Status.RUNNING, claimed_by="ghost")
+    html = page(staff, reverse("everystep:runners"))
+    rows = re.findall(r"<tr>\s*<td>(\w+)</td>(.*?)</tr>", html, re.S)
+    by_name = {name: body for name, body in rows}
+    assert set(by_name) == {"alpha", "beta", "ghost"}
+    assert 'runner=alpha">2</a>' in by_name["alpha"]
+    assert 'runner=beta">0</a>' in by_name["beta"]
+    assert "draining" in by_name["beta"] and "late" in by_name["beta"]
+    assert "late" not in by_name["alpha"] and "draining" not in by_name["alpha"]
+    assert "Runs held by runners without a heartbeat" in html
+    assert 'runner=ghost">1</a>' in by_name["ghost"]
+
+
+def test_runners_page_without_runners(staff):
+    """With no heartbeat rows the page says so."""
+    assert "No runner has sent a heartbeat." in page(staff, reverse("everystep:runners"))
