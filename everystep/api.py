@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from everystep.models import Workflow
 
 F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
 
 
 @overload
@@ -43,10 +44,12 @@ def workflow(fn: Any = None, /, *, name: str | None = None) -> Any:
     return register(fn) if fn is not None else register
 
 
+# A step call also accepts ``everystep_id=``, which no parameter list can express, so the
+# decorated function is typed by its return value only.
 @overload
-def step(fn: F, /) -> F: ...
+def step(fn: Callable[..., R], /) -> Callable[..., R]: ...
 @overload
-def step(*, unsafe_to_repeat: bool = False) -> Callable[[F], F]: ...
+def step(*, unsafe_to_repeat: bool = False) -> Callable[[Callable[..., R]], Callable[..., R]]: ...
 
 
 def step(fn: Any = None, /, *, unsafe_to_repeat: bool = False) -> Any:
@@ -54,7 +57,7 @@ def step(fn: Any = None, /, *, unsafe_to_repeat: bool = False) -> Any:
     served on replay; elsewhere it is a plain call. Every call accepts
     ``everystep_id="name"`` to give the step a stable id."""
 
-    def wrap(func: F) -> F:
+    def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
         defn = StepDef(serde.qualified_name(func), func, unsafe_to_repeat)
 
         @functools.wraps(func)
@@ -64,7 +67,7 @@ def step(fn: Any = None, /, *, unsafe_to_repeat: bool = False) -> Any:
             return call_step(defn, args, kwargs, everystep_id)
 
         call.__everystep_step__ = defn  # type: ignore[attr-defined]
-        return call  # type: ignore[return-value]
+        return call
 
     return wrap(fn) if fn is not None else wrap
 

@@ -144,7 +144,7 @@ def test_unsafe_step_called_directly_is_a_plain_call() -> None:
         effects.append(amount)
         return f"charged {amount}"
 
-    charged = charge(10, everystep_id="charge")  # type: ignore[call-arg]
+    charged = charge(10, everystep_id="charge")
     assert charged == "charged 10"
     assert charge(20) == "charged 20"
     assert effects == [10, 20]
@@ -159,7 +159,7 @@ def test_step_exception_propagates_on_plain_call() -> None:
         raise boom
 
     with pytest.raises(ValueError) as info:
-        fails(everystep_id="fails")  # type: ignore[call-arg]
+        fails(everystep_id="fails")
     assert info.value is boom
 
 
