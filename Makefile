@@ -4,21 +4,26 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DATABASES ?= sqlite postgres mariadb
+IMAGE ?= localhost/everystep-runner:test
+BASE_IMAGE ?= docker.io/library/python:3.12-slim
+# Extra `podman build` flags, e.g. a proxy CA: -v /etc/ssl/certs/ca-certificates.crt:/ca.crt:ro
+# --build-arg PIP_CERT=/ca.crt (see .ci/run).
+IMAGE_BUILD_FLAGS ?=
 
-.PHONY: demo test lint unit integration install install-dev clean
+.PHONY: demo test lint unit integration image image-test compose-check install install-dev clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 install: $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e . -e ./image
 
 install-dev: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[postgres,mysql,metrics,sentry,otel,dev]' -e ./image
 
 demo: install
-	$(BIN)/python image/demo_project/run_demo.py
+	$(BIN)/everystep-runner --ui-bind 127.0.0.1:8000 demo
 
 lint: install-dev
 	$(BIN)/ruff check .
@@ -35,7 +40,18 @@ integration: install-dev
 		EVERYSTEP_TEST_DB=$$db $(BIN)/pytest tests/integration tests/acceptance || exit 1; \
 	done
 
-test: lint unit integration
+# The runner image, built from the real Dockerfile (docker format keeps the HEALTHCHECK).
+image:
+	podman build --format docker --build-arg BASE_IMAGE=$(BASE_IMAGE) $(IMAGE_BUILD_FLAGS) \
+		-t $(IMAGE) .
+
+image-test: install-dev image
+	EVERYSTEP_TEST_IMAGE=$(IMAGE) $(BIN)/pytest tests/image
+
+compose-check: install-dev
+	$(BIN)/podman-compose -f compose.yaml config >/dev/null
+
+test: lint unit integration compose-check image-test
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

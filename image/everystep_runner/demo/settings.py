@@ -1,4 +1,7 @@
-"""Settings of the bundled demo project: everystep on an embedded SQLite database."""
+"""Settings of the bundled demo project: everystep on an embedded SQLite database.
+
+Demo only: the UI is public (EVERYSTEP_UI_PUBLIC) and the secret key is fixed.
+"""
 
 from __future__ import annotations
 
@@ -19,14 +22,16 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "everystep",
-    "demo_orders",
+    "django.contrib.staticfiles",
+    "everystep_runner.demo.orders",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
 ]
-ROOT_URLCONF = "urls"
+ROOT_URLCONF = "everystep_runner.urls"
+EVERYSTEP_UI_PUBLIC = True
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",

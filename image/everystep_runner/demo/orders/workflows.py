@@ -74,3 +74,15 @@ def sync_catalogue(pages: int) -> int:
     """Fetch pages in parallel; a failing page fails the run (no built-in retries)."""
     results = parallel(*[lambda p=p: fetch_page(p, everystep_id=f"page-{p}") for p in range(pages)])
     return sum(len(r) for r in results)
+
+
+@step
+def render_section(name: str) -> str:
+    _work(2.0)
+    return f"section {name} rendered"
+
+
+@workflow(name="demo.nightly_report")
+def nightly_report(sections: list[str]) -> list[str]:
+    """A slow sequential run, so the UI has something running to show for a while."""
+    return [render_section(name, everystep_id=f"section-{name}") for name in sections]

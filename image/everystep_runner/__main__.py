@@ -1,0 +1,5 @@
+import sys
+
+from everystep_runner.cli import main
+
+sys.exit(main())

@@ -1,0 +1,87 @@
+"""Load the user's Django project at run time: the directory onto ``sys.path``, the
+settings module, the runner's overrides, ``django.setup()``, then the ``workflows``
+module of every installed app so each ``@workflow`` is registered before the first claim.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Mapping
+
+from everystep_runner.settings import RunnerSettings, database_settings
+
+
+class ProjectError(Exception):
+    """The user's project cannot be loaded; the message says what to mount or set."""
+
+
+def settings_module(settings: RunnerSettings, environ: Mapping[str, str]) -> str:
+    module = settings.settings_module or environ.get("DJANGO_SETTINGS_MODULE")
+    if not module:
+        raise ProjectError(
+            "no Django settings module: set EVERYSTEP_SETTINGS_MODULE (or "
+            "DJANGO_SETTINGS_MODULE, or settings_module in the TOML), e.g. mysite.settings"
+        )
+    return module
+
+
+def load(settings: RunnerSettings, environ: Mapping[str, str] | None = None) -> str:
+    """Set Django up for the user's project; returns the settings module used."""
+    environ = os.environ if environ is None else environ
+    project_dir = settings.project_dir.resolve()
+    if not project_dir.is_dir():
+        raise ProjectError(
+            f"project directory {project_dir} does not exist: mount your Django project "
+            "there (docker run -v $PWD:/app …) or set EVERYSTEP_PROJECT_DIR"
+        )
+    module = settings_module(settings, environ)
+    if str(project_dir) not in sys.path:
+        sys.path.insert(0, str(project_dir))
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise ProjectError(
+            f"cannot import settings module {module!r} from {project_dir}: {exc} (is the "
+            "project mounted at the project directory, and the module name right?)"
+        ) from None
+    os.environ["DJANGO_SETTINGS_MODULE"] = module
+    _apply_overrides(settings)
+    import django
+
+    django.setup()
+    from django.apps import apps
+
+    if not apps.is_installed("everystep"):
+        raise ProjectError(f"'everystep' is not in INSTALLED_APPS of {module}: add it")
+    from django.utils.module_loading import autodiscover_modules
+
+    autodiscover_modules("workflows")
+    return module
+
+
+def _apply_overrides(settings: RunnerSettings) -> None:
+    # Settings are read lazily: changing DATABASES before django.setup() and before any
+    # connection exists is enough for every part of Django to see the override.
+    from django.conf import settings as django_settings
+
+    if settings.database_url is not None:
+        django_settings.DATABASES["default"] = database_settings(settings.database_url)
+
+
+def configure_logging(settings: RunnerSettings) -> None:
+    """everystep's own records to stdout in the chosen format and level; the project's
+    LOGGING keeps everything else."""
+    from everystep.logs import JsonFormatter
+
+    handler = logging.StreamHandler(sys.stdout)
+    if settings.log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    logger = logging.getLogger("everystep")
+    logger.handlers[:] = [handler]
+    logger.setLevel(settings.log_level)
+    logger.propagate = False

@@ -1,0 +1,207 @@
+"""The everystep-runner image built from the Dockerfile, run with podman."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.image.conftest import EXAMPLE, Database, migrate_and_schedule, podman, wait_for
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def completed_by(database: Database, runner: str) -> int:
+    rows = database.query(
+        "SELECT count(*) FROM everystep_workflow WHERE status = 'completed' AND claimed_by = %s",
+        runner,
+    )
+    return rows[0][0]
+
+
+def start(
+    containers: list[str],
+    image: str,
+    name: str,
+    *args: str,
+    env: dict[str, str],
+    extra: tuple[str, ...] = (),
+) -> str:
+    env_flags = [item for key, value in env.items() for item in ("-e", f"{key}={value}")]
+    podman(
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--network",
+        "host",
+        "-v",
+        f"{EXAMPLE}:/app:ro",
+        *env_flags,
+        *extra,
+        image,
+        *args,
+    )
+    containers.append(name)
+    return name
+
+
+def project_env(database: Database, **more: str) -> dict[str, str]:
+    return {
+        "DJANGO_SETTINGS_MODULE": "mysite.settings",
+        "EVERYSTEP_DATABASE_URL": database.url,
+        **more,
+    }
+
+
+def exit_code(name: str) -> int:
+    state = json.loads(podman("inspect", name).stdout)[0]["State"]
+    return int(state["ExitCode"])
+
+
+def test_env_configured_worker_runs_host_scheduled_runs_and_drains(image, database, containers):
+    """Configured by environment only: runs complete, the HEALTHCHECK passes, and
+    `podman stop` drains a run in flight (exit 0, nothing left claimed)."""
+    migrate_and_schedule(database, 5)
+    port = str(free_port())
+    name = start(
+        containers,
+        image,
+        "es-env-worker",
+        env=project_env(
+            database, EVERYSTEP_NAME="env-worker", EVERYSTEP_METRICS_PORT=port, EVERYSTEP_POOL="3"
+        ),
+    )
+    wait_for(lambda: completed_by(database, "env-worker") == 5, 120, "5 runs", name)
+    assert podman("healthcheck", "run", name, check=False).returncode == 0
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10) as resp:
+        assert resp.status == 200
+
+    migrate_and_schedule(database, 1, wait=20.0)  # one long run to catch mid-step
+    wait_for(
+        lambda: (
+            database.query("SELECT count(*) FROM everystep_workflow WHERE status = 'running'")[0][0]
+            == 1
+        ),
+        60,
+        "the long run",
+        name,
+    )
+    podman("stop", "-t", "60", name, timeout=120)
+    assert exit_code(name) == 0
+    assert (
+        database.query(
+            "SELECT count(*) FROM everystep_workflow WHERE status = 'running' "
+            "OR claimed_by IS NOT NULL AND status = 'scheduled'"
+        )[0][0]
+        == 0
+    )
+    logs = podman("logs", name).stdout
+    assert "draining" in logs
+
+
+def test_mounted_toml_configures_the_worker(image, database, containers, tmp_path: Path):
+    """A TOML file mounted at the default path configures the worker."""
+    migrate_and_schedule(database, 4)
+    toml = tmp_path / "runner.toml"
+    toml.write_text(
+        f'name = "toml-worker"\npool = 2\nsettings_module = "mysite.settings"\n'
+        f'database_url = "{database.url}"\nmetrics_port = {free_port()}\n'
+    )
+    toml.chmod(0o644)
+    name = start(
+        containers,
+        image,
+        "es-toml-worker",
+        env={},
+        extra=("-v", f"{toml}:/etc/everystep/runner.toml:ro"),
+    )
+    wait_for(lambda: completed_by(database, "toml-worker") == 4, 120, "4 runs", name)
+    podman("stop", "-t", "60", name, timeout=120)
+    assert exit_code(name) == 0
+
+
+def test_seed_argument_list_works_as_written(image, database, containers):
+    """`everystep_worker --pool 8 --name … --drain 30` is passed to the project's manage.py."""
+    migrate_and_schedule(database, 3)
+    name = start(
+        containers,
+        image,
+        "es-seed",
+        "everystep_worker",
+        "--pool",
+        "8",
+        "--name",
+        "seed-0",
+        "--drain",
+        "30",
+        env=project_env(database, EVERYSTEP_METRICS_PORT=str(free_port())),
+    )
+    wait_for(lambda: completed_by(database, "seed-0") == 3, 120, "3 runs", name)
+    podman("stop", "-t", "60", name, timeout=120)
+    assert exit_code(name) == 0
+
+
+def test_runs_as_non_root_and_under_an_arbitrary_uid(image, database, containers):
+    """The image's user is not root, and the worker also runs under --user 12345."""
+    uid = podman("run", "--rm", "--entrypoint", "id", image, "-u").stdout.strip()
+    assert uid == "10001"
+    migrate_and_schedule(database, 2)
+    name = start(
+        containers,
+        image,
+        "es-uid",
+        env=project_env(
+            database, EVERYSTEP_NAME="uid-worker", EVERYSTEP_METRICS_PORT=str(free_port())
+        ),
+        extra=("--user", "12345"),
+    )
+    wait_for(lambda: completed_by(database, "uid-worker") == 2, 120, "2 runs", name)
+    assert podman("exec", name, "id", "-u").stdout.strip() == "12345"
+    assert podman("healthcheck", "run", name, check=False).returncode == 0
+    podman("stop", "-t", "60", name, timeout=120)
+    assert exit_code(name) == 0
+
+
+@pytest.mark.parametrize(
+    "args, env, message",
+    [
+        (("--pool", "0"), {}, "pool: expected an integer >= 1, got '0' (from flag --pool)"),
+        ((), {"EVERYSTEP_POLL": "soon"}, "poll: expected"),
+        ((), {}, "no Django settings module"),
+    ],
+)
+def test_bad_configuration_fails_with_one_clear_message(image, args, env, message):
+    """Invalid settings or a missing project end at start-up with a message, no traceback."""
+    env_flags = [item for key, value in env.items() for item in ("-e", f"{key}={value}")]
+    result = podman("run", "--rm", *env_flags, image, *args, check=False)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_demo_role_serves_the_ui(image, containers):
+    """`demo` runs the bundled project on SQLite with a worker and serves the UI."""
+    port = free_port()
+    podman("run", "-d", "--name", "es-demo", "-p", f"127.0.0.1:{port}:8000", image, "demo")
+    containers.append("es-demo")
+
+    def page() -> str | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as resp:
+                body = resp.read().decode()
+                return body if resp.status == 200 and "completed" in body else None
+        except OSError:
+            return None
+
+    body = wait_for(page, 120, "the demo UI with a completed run", "es-demo")
+    assert "demo.place_order" in body
+    podman("stop", "-t", "60", "es-demo", timeout=120)
+    assert exit_code("es-demo") == 0
