@@ -22,10 +22,19 @@ def _reset_test_workflows() -> None:
 
 
 @pytest.fixture
-def vendor() -> str:
-    from django.db import connection
+def blocked_run():
+    """A run of ``payment`` blocked on its unsafe ``charge`` step (step 2)."""
+    from everystep import schedule
+    from everystep.testing import crash_after, run_due
+    from tests.testapp import workflows as wf
 
-    return connection.vendor
+    run = schedule(wf.payment, 100)
+    with crash_after(wf.charge):
+        run_due()
+    run_due()
+    run.refresh_from_db()
+    assert run.status == "blocked"
+    return run
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -200,8 +200,7 @@ class Worker:
                 len(parked),
                 extra={"event": "worker.catchup", "runner": self.name},
             )
-        self._backlog.extend((0.0, held) for held in parked)
-        if parked:
+            self._backlog.extend((0.0, held) for held in parked)
             signals.runs_claimed.send(sender=Worker, runner=self.name, count=len(parked))
 
     def _warn_if_name_is_live(self, beat: Heartbeat) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection, connections
+from django.db import connections
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -122,11 +122,6 @@ def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     connections.close_all()
 
 
-@pytest.fixture
-def fresh_connection() -> Callable[[], None]:
-    return connection.close
-
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -142,3 +137,37 @@ def http_get(port: int, path: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
     except OSError as exc:
         return 0, str(exc)
+
+
+def database_server(action: str) -> None:
+    """Stop, start or restart the server of the backend under test (PostgreSQL, MariaDB)."""
+    if os.environ.get("EVERYSTEP_TEST_DB") == "postgres":
+        version = sorted(os.listdir("/etc/postgresql"))[-1]
+        command = ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action]
+        subprocess.run(command, check=True, timeout=120)
+        return
+    if action in ("stop", "restart"):
+        subprocess.run(["mariadb-admin", "-uroot", "shutdown"], check=True, timeout=120)
+    if action in ("start", "restart"):
+        subprocess.run(
+            [
+                "start-stop-daemon",
+                "--start",
+                "--oknodo",
+                "--background",
+                "--exec",
+                "/usr/sbin/mariadbd",
+            ],
+            check=True,
+            timeout=60,
+        )
+        wait_until(
+            lambda: (
+                subprocess.run(
+                    ["mariadb-admin", "-h127.0.0.1", "-uroot", "ping"], capture_output=True
+                ).returncode
+                == 0
+            ),
+            120,
+            "MariaDB",
+        )

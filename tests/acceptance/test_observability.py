@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -15,8 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from everystep import schedule
 from everystep.models import Step, Workflow
-from everystep.testing import crash_after, run_due
-from tests.acceptance.conftest import free_port, http_get, wait_until
+from tests.acceptance.conftest import database_server, free_port, http_get, wait_until
 from tests.testapp import workflows as wf
 from tests.testapp.models import Execution
 
@@ -39,19 +36,8 @@ def value(samples, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-def make_blocked_run() -> Workflow:
-    run = schedule(wf.payment, 1)
-    with crash_after(wf.charge):
-        run_due()
-    run_due()
-    run.refresh_from_db()
-    assert run.status == "blocked"
-    return run
-
-
-def test_metrics_match_the_database(workers):
+def test_metrics_match_the_database(workers, blocked_run):
     """Counters, histograms and gauges scraped from a worker agree with the rows."""
-    make_blocked_run()
     for i in range(3):
         schedule(wf.sequential, i, 1)
     for _ in range(2):
@@ -170,54 +156,19 @@ def test_readiness_turns_unready_while_draining(workers):
     assert proc.wait(60) == 0
 
 
-def _server(action: str) -> None:
-    if os.environ.get("EVERYSTEP_TEST_DB") == "postgres":
-        version = sorted(os.listdir("/etc/postgresql"))[-1]
-        subprocess.run(
-            ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action],
-            check=True,
-            timeout=120,
-        )
-    elif action == "stop":
-        subprocess.run(["mariadb-admin", "-uroot", "shutdown"], check=True, timeout=120)
-    else:
-        subprocess.run(
-            [
-                "start-stop-daemon",
-                "--start",
-                "--oknodo",
-                "--background",
-                "--exec",
-                "/usr/sbin/mariadbd",
-            ],
-            check=True,
-            timeout=60,
-        )
-        wait_until(
-            lambda: (
-                subprocess.run(
-                    ["mariadb-admin", "-h127.0.0.1", "-uroot", "ping"], capture_output=True
-                ).returncode
-                == 0
-            ),
-            120,
-            "MariaDB",
-        )
-
-
 @pytest.mark.backends("postgres", "mariadb")
 def test_readiness_follows_the_database(workers):
     """Readiness is 503 while the database is down and 200 again once it is back."""
     port = free_port()
     proc = workers("db-watcher", "--metrics-port", str(port), "--poll", "0.1")
     wait_until(lambda: http_get(port, "/readyz")[0] == 200, 60, "readiness")
-    _server("stop")
+    database_server("stop")
     try:
         wait_until(lambda: http_get(port, "/readyz")[0] == 503, 60, "unready without database")
         assert "unreachable" in json.loads(http_get(port, "/readyz")[1])["database"]
         assert http_get(port, "/healthz")[0] == 200, "a database outage is not a wedged loop"
     finally:
-        _server("start")
+        database_server("start")
     wait_until(lambda: http_get(port, "/readyz")[0] == 200, 120, "ready again")
     run = schedule(wf.sequential, 1, 2)
     wait_until(lambda: Workflow.objects.get(id=run.id).status == "completed", 60, "a run")

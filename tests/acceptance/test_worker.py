@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import time
 from collections import defaultdict
 
@@ -14,7 +12,7 @@ from django.db.models import Count, Max, Min
 
 from everystep import schedule
 from everystep.models import Runner, Step, Workflow
-from tests.acceptance.conftest import wait_until
+from tests.acceptance.conftest import database_server, wait_until
 from tests.testapp import workflows as wf
 from tests.testapp.models import Execution
 
@@ -178,42 +176,6 @@ def test_unknown_workflow_fails_once(workers):
     assert proc.log().count("renamed.long_ago") >= 1
 
 
-def _restart_database() -> None:
-    backend = os.environ.get("EVERYSTEP_TEST_DB")
-    if backend == "postgres":
-        version = sorted(os.listdir("/etc/postgresql"))[-1]
-        subprocess.run(
-            ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
-            check=True,
-            timeout=120,
-        )
-    else:
-        subprocess.run(["mariadb-admin", "-uroot", "shutdown"], check=True, timeout=120)
-        time.sleep(1)
-        subprocess.run(
-            [
-                "start-stop-daemon",
-                "--start",
-                "--oknodo",
-                "--background",
-                "--exec",
-                "/usr/sbin/mariadbd",
-            ],
-            check=True,
-            timeout=60,
-        )
-        wait_until(
-            lambda: (
-                subprocess.run(
-                    ["mariadb-admin", "-h127.0.0.1", "-uroot", "ping"], capture_output=True
-                ).returncode
-                == 0
-            ),
-            120,
-            "MariaDB",
-        )
-
-
 def _completed_count() -> int:
     try:
         return Workflow.objects.filter(status="completed").count()
@@ -228,7 +190,7 @@ def test_workers_survive_a_database_restart(workers):
     runs = [schedule(wf.slow, 1.5) for _ in range(6)]
     procs = [workers(f"survivor-{i}", "--pool", "3", "--poll", "0.1") for i in range(2)]
     wait_until(lambda: Execution.objects.filter(step="long").count() >= 2, 60, "runs in flight")
-    _restart_database()
+    database_server("restart")
     connections.close_all()
     wait_until(lambda: _completed_count() == len(runs), 180, "every run to complete")
     assert all(proc.proc.poll() is None for proc in procs), "no worker died"

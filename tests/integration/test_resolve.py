@@ -7,21 +7,10 @@ from django.core.management import CommandError, call_command
 
 from everystep import schedule
 from everystep.models import Step, Workflow
-from everystep.testing import crash_after, run_due
+from everystep.testing import run_due
 from tests.testapp import workflows as wf
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def blocked_run() -> Workflow:
-    run = schedule(wf.payment, 100)
-    with crash_after(wf.charge):
-        run_due()
-    run_due()
-    run.refresh_from_db()
-    assert run.status == "blocked"
-    return run
 
 
 def resolve(run: Workflow, step_id: str, *flags: str) -> None:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from everystep import serde, store
 from everystep.errors import EverystepError
+from everystep.management.options import checked_run_id
 
 
 class Command(BaseCommand):
@@ -28,11 +28,7 @@ class Command(BaseCommand):
         mode.add_argument("--discard", action="store_true", help="forget the start; re-run")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        run_id = options["run_id"]
-        try:
-            uuid.UUID(run_id)
-        except ValueError:
-            raise CommandError(f"{run_id!r} is not a run id (a UUID)") from None
+        run_id = checked_run_id(options["run_id"])
         if options["discard"]:
             mode, value = "discard", None
         elif options["error"] is not None:

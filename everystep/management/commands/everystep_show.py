@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from everystep import store
+from everystep.management.options import checked_run_id
 from everystep.models import Status, Step, Workflow
 
 # Step results and errors are summarised to one line of about this many characters; the
@@ -28,11 +28,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        run_id = options["run_id"]
-        try:
-            uuid.UUID(run_id)
-        except ValueError:
-            raise CommandError(f"{run_id!r} is not a run id (a UUID)") from None
+        run_id = checked_run_id(options["run_id"])
         run = store.get_run(run_id)
         if run is None:
             raise CommandError(f"no run with id {run_id}")

@@ -1,0 +1,131 @@
+"""Read-only queries for operators, metrics, health and the UI, and pruning."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from django.db import connection, transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from everystep.models import Status, Step, Workflow
+
+
+def queue_stats() -> dict[str, Any]:
+    """Counts of pending, running and blocked runs and the age of the oldest pending run."""
+    rows = (
+        Workflow.objects.filter(status__in=[Status.SCHEDULED, Status.RUNNING, Status.BLOCKED])
+        .values("status")
+        .annotate(n=Count("id"))
+    )
+    counts = {row["status"]: row["n"] for row in rows}
+    # The claim index (status, id) serves this: ids are time-ordered UUIDv7.
+    oldest = (
+        Workflow.objects.filter(status=Status.SCHEDULED)
+        .order_by("id")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    age = (timezone.now() - oldest).total_seconds() if oldest is not None else 0.0
+    return {
+        "pending": counts.get(Status.SCHEDULED, 0),
+        "running": counts.get(Status.RUNNING, 0),
+        "blocked": counts.get(Status.BLOCKED, 0),
+        "oldest_pending_age": max(age, 0.0),
+    }
+
+
+def ping() -> None:
+    """Raise if the database cannot be reached."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.fetchone()
+
+
+def unapplied_migrations() -> list[str]:
+    """Migrations of every app that the database does not have yet."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    return [f"{migration.app_label}.{migration.name}" for migration, _ in plan]
+
+
+def list_runs(
+    *, status: str | None = None, name: str | None = None, runner: str | None = None, limit: int
+) -> list[Workflow]:
+    """The most recent runs, newest first, without their (possibly large) JSON payloads."""
+    runs = Workflow.objects.defer("args", "result", "error")
+    if status is not None:
+        runs = runs.filter(status=status)
+    if name is not None:
+        runs = runs.filter(name=name)
+    if runner is not None:
+        runs = runs.filter(claimed_by=runner)
+    # Ids are UUIDv7, so the primary key (or the status/name indexes ending in id) gives
+    # creation order without sorting on created_at.
+    return list(runs.order_by("-id")[:limit])
+
+
+def run_steps(run_id: UUID | str) -> list[Step]:
+    """Every recorded step of a run, in the order they started."""
+    return list(Step.objects.filter(workflow_id=run_id).order_by("started_at", "step_id"))
+
+
+def _prunable(cutoff: Any, statuses: list[str]) -> dict[str, Any]:
+    from everystep.models import FINAL_STATUSES
+
+    # Final statuses only, whatever the caller asks: a scheduled, running or blocked run
+    # still has work (or a human decision) ahead of it.
+    final = [status for status in statuses if status in FINAL_STATUSES]
+    return {"status__in": final, "completed_at__lt": cutoff}
+
+
+def prunable_counts(cutoff: Any, statuses: list[str]) -> dict[str, int]:
+    """How many runs ``prune_batch`` would delete, per status."""
+    due = Workflow.objects.filter(**_prunable(cutoff, statuses))
+    return {status: due.filter(status=status).count() for status in statuses}
+
+
+def prunable_sample(cutoff: Any, statuses: list[str], limit: int = 20) -> list[Workflow]:
+    """The first ``limit`` runs (oldest ids first) ``prune_batch`` would delete."""
+    due = Workflow.objects.filter(**_prunable(cutoff, statuses)).order_by("id")
+    return list(due.only("id", "name", "status", "completed_at")[:limit])
+
+
+def prune_batch(cutoff: Any, statuses: list[str], batch_size: int) -> tuple[int, int]:
+    """Delete up to ``batch_size`` final runs completed before ``cutoff`` (oldest ids
+    first) and their steps, in one short transaction. Returns ``(runs, steps)`` deleted;
+    ``(0, 0)`` once nothing is left."""
+    due = Workflow.objects.filter(**_prunable(cutoff, statuses)).order_by("id")
+    with transaction.atomic():
+        if transaction.get_connection().vendor == "sqlite":
+            # Write first: the DELETE takes SQLite's write lock before anything is read,
+            # and holding it keeps the batch the same for the second statement. A read
+            # that later turns into a write fails at once if a worker wrote meanwhile.
+            batch = due.values("id")[:batch_size]
+            steps, _ = Step.objects.filter(workflow_id__in=batch).delete()
+            ids = list(due.values_list("id", flat=True)[:batch_size])
+        else:
+            # MariaDB cannot LIMIT inside IN (…), so lock the batch's ids and delete by list.
+            ids = list(due.select_for_update().values_list("id", flat=True)[:batch_size])
+            steps, _ = Step.objects.filter(workflow_id__in=ids).delete()
+        if not ids:
+            return 0, steps
+        _, deleted = Workflow.objects.filter(id__in=ids).delete()
+    return deleted.get(Workflow._meta.label, 0), steps
+
+
+# The UI's read-only queries (everystep.ui.views); list_runs, get_run and run_steps above
+# serve it too.
+
+
+def status_counts(*, name: str | None = None) -> dict[str, int]:
+    """How many runs there are in each status (every status listed, zeros included), in
+    one aggregate query; only runs of workflow ``name`` if given."""
+    runs = Workflow.objects.all() if name is None else Workflow.objects.filter(name=name)
+    rows = runs.order_by().values_list("status").annotate(n=Count("id"))
+    counts = dict.fromkeys(Status.values, 0)
+    counts.update({status: n for status, n in rows})
+    return counts
