@@ -9,8 +9,14 @@ BASE_IMAGE ?= docker.io/library/python:3.12-slim
 # Extra `podman build` flags, e.g. a proxy CA: -v /etc/ssl/certs/ca-certificates.crt:/ca.crt:ro
 # --build-arg PIP_CERT=/ca.crt (see .ci/run).
 IMAGE_BUILD_FLAGS ?=
+# Django 6 needs Python >= 3.12: `make compat` runs the SQLite tiers once more there.
+PYTHON_NEXT ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python) \
+	$(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python) \
+	$(shell command -v python3.12 python3.13 2>/dev/null))
+VENV_NEXT ?= .venv-django6
 
-.PHONY: demo test lint unit integration image image-test compose-check install install-dev clean
+.PHONY: demo test lint unit integration compat image image-test compose-check install \
+	install-dev clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +46,14 @@ integration: install-dev
 		EVERYSTEP_TEST_DB=$$db $(BIN)/pytest tests/integration tests/acceptance || exit 1; \
 	done
 
+compat:
+	@test -n "$(PYTHON_NEXT)" || { echo "compat: no Python >= 3.12 found; set PYTHON_NEXT"; exit 1; }
+	test -x $(VENV_NEXT)/bin/python || $(PYTHON_NEXT) -m venv $(VENV_NEXT)
+	$(VENV_NEXT)/bin/pip install --quiet 'Django>=6,<7' -e '.[postgres,metrics,sentry,otel,dev]' \
+		-e ./image
+	$(VENV_NEXT)/bin/python -c "import django; print('Django', django.__version__)"
+	EVERYSTEP_TEST_DB=sqlite $(VENV_NEXT)/bin/pytest tests/unit tests/integration tests/acceptance
+
 # The runner image, built from the real Dockerfile (docker format keeps the HEALTHCHECK).
 image:
 	podman build --format docker --build-arg BASE_IMAGE=$(BASE_IMAGE) $(IMAGE_BUILD_FLAGS) \
@@ -51,7 +65,7 @@ image-test: install-dev image
 compose-check: install-dev
 	$(BIN)/podman-compose -f compose.yaml config >/dev/null
 
-test: lint unit integration compose-check image-test
+test: lint unit integration compat compose-check image-test
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(VENV_NEXT) .pytest_cache .mypy_cache .ruff_cache *.egg-info
