@@ -15,8 +15,8 @@ PYTHON_NEXT ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python) 
 	$(shell command -v python3.12 python3.13 2>/dev/null))
 VENV_NEXT ?= .venv-django6
 
-.PHONY: demo test lint unit integration compat image image-test compose-check install \
-	install-dev clean
+.PHONY: demo test lint unit integration compat browser image image-test compose-check \
+	install install-dev clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ integration: install-dev
 		EVERYSTEP_TEST_DB=$$db $(BIN)/pytest tests/integration tests/acceptance || exit 1; \
 	done
 
+# The UI in a real browser: Debian's chromium (/usr/bin/chromium) driven by Playwright.
+browser: install-dev
+	$(BIN)/pytest tests/browser
+
 compat:
 	@test -n "$(PYTHON_NEXT)" || { echo "compat: no Python >= 3.12 found; set PYTHON_NEXT"; exit 1; }
 	test -x $(VENV_NEXT)/bin/python || $(PYTHON_NEXT) -m venv $(VENV_NEXT)
@@ -65,7 +69,7 @@ image-test: install-dev image
 compose-check: install-dev
 	$(BIN)/podman-compose -f compose.yaml config >/dev/null
 
-test: lint unit integration compat compose-check image-test
+test: lint unit integration browser compat compose-check image-test
 
 clean:
 	rm -rf $(VENV) $(VENV_NEXT) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -15,6 +15,7 @@ SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "everystep-demo-not-secret")
 DEBUG = False
 ALLOWED_HOSTS = ["*"]
 USE_TZ = True
+TIME_ZONE = "UTC"
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
