@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
+from typing import Any
 
 BACKEND = os.environ.get("EVERYSTEP_TEST_DB", "sqlite")
+DATABASES: dict[str, dict[str, Any]]
 # Worker subprocesses started by the tests inherit the suffix and so reach the same
 # test database as the pytest process that created it.
 SUFFIX = os.environ.setdefault("EVERYSTEP_TEST_DB_SUFFIX", uuid.uuid4().hex[:10])
@@ -64,6 +66,9 @@ else:
 # the pytest process created.
 if os.environ.get("EVERYSTEP_TEST_SUBPROCESS") and BACKEND != "sqlite":
     DATABASES["default"]["NAME"] = TEST_DB_NAME
+
+# Keep worker connections between runs, as a production worker should.
+DATABASES["default"].update(CONN_MAX_AGE=300, CONN_HEALTH_CHECKS=True)
 
 SECRET_KEY = "everystep-tests-only"
 DEBUG = False

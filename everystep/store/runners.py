@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
@@ -16,34 +17,30 @@ from everystep.models import Runner, Status, Workflow
 
 def requeue_runner(name: str) -> list[UUID]:
     """Put every run left ``running`` under runner ``name`` back to ``scheduled``."""
-    with transaction.atomic():
-        held = Workflow.objects.filter(status=Status.RUNNING, claimed_by=name)
-        ids = list(held.values_list("id", flat=True))
-        Workflow.objects.filter(id__in=ids, status=Status.RUNNING, claimed_by=name).update(
-            status=Status.SCHEDULED,
-            claimed_by=None,
-            claim_token=None,
-            updated_at=timezone.now(),
-        )
-        notify_due()
-    return ids
+    return [run_id for run_id, _, _ in _requeue_held(claimed_by=name)]
 
 
 def beat(
     name: str, boot_id: UUID, *, pool_size: int, inflight: int, draining: bool, started_at: Any
 ) -> None:
     """Record that runner ``name`` (this boot) is alive."""
-    Runner.objects.update_or_create(
-        name=name,
-        defaults={
-            "boot_id": boot_id,
-            "pool_size": pool_size,
-            "inflight": inflight,
-            "draining": draining,
-            "started_at": started_at,
-            "last_seen": timezone.now(),
-        },
-    )
+    fields = {
+        "boot_id": boot_id,
+        "pool_size": pool_size,
+        "inflight": inflight,
+        "draining": draining,
+        "started_at": started_at,
+        "last_seen": timezone.now(),
+    }
+    # Write first, in autocommit: a read-then-write transaction on SQLite fails at once
+    # ("database is locked") when another connection holds the write lock, instead of
+    # waiting for it.
+    if Runner.objects.filter(name=name).update(**fields):
+        return
+    try:
+        Runner.objects.create(name=name, **fields)
+    except IntegrityError:  # another process of the same name created it meanwhile
+        Runner.objects.filter(name=name).update(**fields)
 
 
 def get_runner(name: str) -> Runner | None:
@@ -60,26 +57,32 @@ def requeue_orphans(timeout: float) -> list[tuple[UUID, str, str | None]]:
     """Requeue runs held by runners whose heartbeat is older than ``timeout`` seconds.
 
     Returns ``(run id, workflow name, dead runner)`` for each requeued run. The heartbeat
-    age is checked again inside the UPDATE itself, so a runner that came back under the
+    age is checked inside the marking UPDATE itself, so a runner that came back under the
     same name a moment ago keeps the runs it has just reclaimed.
     """
     cutoff = timezone.now() - timedelta(seconds=timeout)
-    dead = Runner.objects.filter(last_seen__lt=cutoff).values("name")
+    return _requeue_held(claimed_by__in=Runner.objects.filter(last_seen__lt=cutoff).values("name"))
+
+
+def _requeue_held(**held_by: Any) -> list[tuple[UUID, str, str | None]]:
+    """Requeue the ``running`` runs matching ``held_by``; returns what was requeued.
+
+    Marks the rows with a fresh claim token first, so the transaction begins with a write
+    (SQLite then waits for its lock instead of failing) and the rows reported are exactly
+    the rows requeued. A new token also fences out any late write of the old holder.
+    """
+    token = uuid.uuid4()
     with transaction.atomic():
-        orphans = list(
-            Workflow.objects.filter(status=Status.RUNNING, claimed_by__in=dead).values_list(
-                "id", "name", "claimed_by"
-            )
-        )
-        if not orphans:
+        marked = Workflow.objects.filter(status=Status.RUNNING, **held_by).update(claim_token=token)
+        if not marked:
             return []
-        requeued = Workflow.objects.filter(
-            id__in=[row[0] for row in orphans], status=Status.RUNNING, claimed_by__in=dead
-        ).update(
+        mine = Workflow.objects.filter(status=Status.RUNNING, claim_token=token)
+        requeued = list(mine.values_list("id", "name", "claimed_by"))
+        mine.update(
             status=Status.SCHEDULED, claimed_by=None, claim_token=None, updated_at=timezone.now()
         )
         notify_due()
-    return orphans if requeued else []
+    return requeued
 
 
 # Operations: the queries behind everystep_runs, everystep_show and everystep_prune.

@@ -17,7 +17,7 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from django.db import DatabaseError, connection, connections
+from django.db import DatabaseError, close_old_connections, connection, connections
 
 from everystep import claim, conf, sentry, signals, store
 from everystep.engine.execute import PassResult, encode_outcome_error, run_pass
@@ -253,9 +253,10 @@ class Worker:
         try:
             return run_pass(held, should_drain=self._stop.is_set)
         finally:
-            # Pool threads are reused: never carry a connection (possibly broken by a
-            # database restart) from one run into the next.
-            connections.close_all()
+            # A run is to a pool thread what a request is to a web worker: the same rules
+            # apply between two runs (CONN_MAX_AGE, CONN_HEALTH_CHECKS, and a connection
+            # that saw an error, say from a database restart, is dropped if unusable).
+            close_old_connections()
 
     def reap(self) -> list[tuple[Claim, PassResult | None]]:
         """Collect finished runs; fail those that crashed outside the engine."""

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 
 from everystep_runner.settings import RunnerSettings, database_settings
 
+_KEPT_FROM_PROJECT = ("CONN_MAX_AGE", "CONN_HEALTH_CHECKS", "ATOMIC_REQUESTS", "TIME_ZONE")
+
 
 class ProjectError(Exception):
     """The user's project cannot be loaded; the message says what to mount or set."""
@@ -68,7 +70,13 @@ def _apply_overrides(settings: RunnerSettings) -> None:
     from django.conf import settings as django_settings
 
     if settings.database_url is not None:
-        django_settings.DATABASES["default"] = database_settings(settings.database_url)
+        previous = django_settings.DATABASES.get("default", {})
+        replacement = database_settings(settings.database_url)
+        # The URL says where the database is; how the project uses connections stays.
+        for key in _KEPT_FROM_PROJECT:
+            if key in previous:
+                replacement.setdefault(key, previous[key])
+        django_settings.DATABASES["default"] = replacement
 
 
 def configure_logging(settings: RunnerSettings) -> None:

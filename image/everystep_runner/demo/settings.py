@@ -50,6 +50,7 @@ DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": DATA_DIR / "demo.sqlite3",
+        "CONN_MAX_AGE": 300,
         # Recommended for everystep on SQLite: wait for the write lock instead of failing,
         # take it at BEGIN, and let readers run beside the writer.
         "OPTIONS": {

@@ -44,6 +44,8 @@ DATABASES = {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("EXAMPLE_SQLITE_PATH", "/tmp/example.sqlite3"),
         "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE"},
+        "CONN_MAX_AGE": 300,
+        "CONN_HEALTH_CHECKS": True,
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
