@@ -1,0 +1,362 @@
+"""Benchmark everystep workers against a real database: pickup latency and throughput.
+
+    .venv/bin/python bench/run.py --db postgres|mariadb|sqlite [--runs 1000] [--workers 2]
+                                  [--pool 8] [--samples 30] [--keep-logs]
+
+Creates its own database (``everystep_test_bench…``) from ``tests/settings.py``, starts
+real ``manage.py everystep_worker`` subprocesses against it, prints a results table,
+appends one JSON line to ``bench/results.jsonl`` and drops the database at the end. The
+numbers are measurements of this machine at this moment, not targets any test asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import resource
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from worker_processes import WorkerProcess, Workers
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results.jsonl"
+STEPS_PER_RUN = 4  # tests.testapp.workflows.sequential: add, double, pair, peek
+PICKUP_POLL = 1.0
+THROUGHPUT_POLL = 0.05
+PHASE_TIMEOUT = 600.0
+
+
+# -- database ------------------------------------------------------------------------
+
+
+def configure_environment(db: str, scratch: Path) -> None:
+    """Point ``tests.settings`` at a fresh, uniquely named database before Django loads."""
+    for key in [k for k in os.environ if k.startswith("EVERYSTEP_")]:
+        if not key.startswith("EVERYSTEP_TEST_") or key == "EVERYSTEP_TEST_SUBPROCESS":
+            del os.environ[key]
+    os.environ["EVERYSTEP_TEST_DB"] = db
+    os.environ["EVERYSTEP_TEST_DB_SUFFIX"] = f"bench_{uuid.uuid4().hex[:8]}"
+    os.environ["EVERYSTEP_TEST_SQLITE_DIR"] = str(scratch)
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    sys.path.insert(0, str(ROOT))
+
+
+def database_version() -> str:
+    from django.db import connection
+
+    query = {
+        "postgresql": "SHOW server_version",
+        "mysql": "SELECT VERSION()",
+        "sqlite": "SELECT sqlite_version()",
+    }[connection.vendor]
+    with connection.cursor() as cursor:
+        cursor.execute(query)
+        return f"{connection.display_name} {cursor.fetchone()[0]}"
+
+
+def drop_database(original_name: str) -> None:
+    """Drop the benchmark database, if it got as far as being created."""
+    from django.db import DatabaseError, connection
+
+    name = str(connection.settings_dict["NAME"])
+    # Before create_test_db switches NAME, it still names the server's own database.
+    if "everystep_test_bench_" not in name:
+        return
+    if connection.vendor == "sqlite" and not os.path.exists(name):
+        return
+    # Other people's test suites may restart the server meanwhile: retry for a while.
+    for _ in range(10):
+        try:
+            connection.creation.destroy_test_db(original_name, verbosity=0)
+            return
+        except DatabaseError as exc:
+            error = exc
+            time.sleep(2)
+    print(f"could not drop database {name} ({error}): drop it by hand", file=sys.stderr)
+
+
+def clear_runs() -> None:
+    from everystep.models import Step, Workflow
+
+    Step.objects.all().delete()
+    Workflow.objects.all().delete()
+
+
+# -- measurements --------------------------------------------------------------------
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
+
+
+def wait_for(
+    predicate: Callable[[], bool], workers: list[WorkerProcess], timeout: float, every: float
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        for worker in workers:
+            worker.check_alive()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up after {timeout:.0f}s")
+        time.sleep(every)
+
+
+def one_pickup(worker: WorkerProcess) -> tuple[float, float]:
+    """Schedule one run on an idle worker; seconds from its insert to its claim and to
+    the start of its first step."""
+    from everystep import schedule
+    from everystep.models import Status, Step, Workflow
+    from tests.testapp.workflows import sequential
+
+    run = schedule(sequential, 1, 2)
+    done = Workflow.objects.filter(id=run.id, status=Status.COMPLETED)
+    wait_for(done.exists, [worker], timeout=30, every=0.01)
+    run.refresh_from_db()
+    first = Step.objects.filter(workflow_id=run.id).order_by("started_at").first()
+    assert first is not None and run.started_at is not None
+    claimed = run.started_at - run.created_at
+    return claimed.total_seconds(), (first.started_at - run.created_at).total_seconds()
+
+
+def measure_pickup(workers: Workers, label: str, samples: int, *flags: str) -> dict[str, Any]:
+    """Pickup latency of one idle worker polling every second, ``samples`` times."""
+    name = f"pickup-{label}"
+    worker = workers.start(name, "--poll", str(PICKUP_POLL), *flags)
+    one_pickup(worker)  # warm-up: the worker has started, imported and connected
+    claims, firsts = [], []
+    for _ in range(samples):
+        # The worker's poll timer restarts when a run finishes: vary the idle gap.
+        time.sleep(random.uniform(0.2, 0.5))
+        claim, first = one_pickup(worker)
+        claims.append(1000 * claim)
+        firsts.append(1000 * first)
+    return {
+        "mode": label,
+        "samples": samples,
+        "p50_ms": round(percentile(firsts, 0.5), 1),
+        "p90_ms": round(percentile(firsts, 0.9), 1),
+        "max_ms": round(max(firsts), 1),
+        "claim_p50_ms": round(percentile(claims, 0.5), 1),
+        "exit_code": worker.terminate(),
+    }
+
+
+def schedule_batch(runs: int) -> None:
+    from django.db import transaction
+
+    from everystep import schedule
+    from tests.testapp.workflows import sequential
+
+    with transaction.atomic():
+        for i in range(runs):
+            schedule(sequential, i, 1)
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """(CPU seconds the whole machine has been busy, CPU seconds of this process and its
+    waited-for children). Their difference over a phase is the database server plus
+    anything else running on the machine: a disturbance indicator."""
+    ours = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = sum(usage.ru_utime + usage.ru_stime for usage in ours)
+    try:
+        ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:9]]
+    except OSError:
+        return math.nan, own
+    busy = sum(ticks) - ticks[3] - ticks[4]  # all but idle and iowait
+    return busy / os.sysconf("SC_CLK_TCK"), own
+
+
+def measure_throughput(workers: Workers, runs: int, count: int, pool: int) -> dict[str, Any]:
+    """Wall time for ``count`` workers to complete ``runs`` runs scheduled up front."""
+    from django.db.models import Max, Min
+    from django.utils import timezone
+
+    from everystep.models import Status, Workflow
+
+    clear_runs()
+    schedule_batch(runs)
+    machine_before, own_before = cpu_seconds()
+    began = timezone.now()
+    started = [
+        workers.start(f"throughput-{i}", "--pool", str(pool), "--poll", str(THROUGHPUT_POLL))
+        for i in range(count)
+    ]
+    pending = Workflow.objects.filter(status__in=[Status.SCHEDULED, Status.RUNNING])
+    wait_for(lambda: not pending.exists(), started, timeout=PHASE_TIMEOUT, every=0.25)
+    span = Workflow.objects.aggregate(first=Min("started_at"), last=Max("completed_at"))
+    exit_codes = [worker.terminate() for worker in started]
+    machine_after, own_after = cpu_seconds()
+    wall = (span["last"] - began).total_seconds()
+    done = finished_counts()
+    own = own_after - own_before
+    return {
+        "runs": runs,
+        "workers": count,
+        "pool": pool,
+        **done,
+        "wall_s": round(wall, 2),
+        "claim_to_done_s": round((span["last"] - span["first"]).total_seconds(), 2),
+        "runs_per_s": round(done["completed"] / wall, 1),
+        "steps_per_s": round(done["steps"] / wall, 1),
+        "cpu_own_s": round(own, 1),
+        "cpu_other_s": round(machine_after - machine_before - own, 1),
+        "exit_codes": exit_codes,
+    }
+
+
+def finished_counts() -> dict[str, Any]:
+    from django.db.models import Count
+
+    from everystep.models import Status, Step, Workflow
+
+    per_worker = Workflow.objects.values_list("claimed_by").annotate(n=Count("id"))
+    return {
+        "completed": Workflow.objects.filter(status=Status.COMPLETED).count(),
+        "steps": Step.objects.count(),
+        "runs_per_worker": dict(sorted(per_worker)),
+    }
+
+
+# -- reporting -----------------------------------------------------------------------
+
+
+def machine_info(db_version: str) -> dict[str, Any]:
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "nproc": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "db_version": db_version,
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def print_table(record: dict[str, Any]) -> None:
+    info = record["machine"]
+    print(
+        f"\neverystep bench: {info['db_version']}, {info['nproc']} CPUs, Python "
+        f"{info['python']}, load {info['loadavg_start']} -> {info['loadavg_end']}"
+    )
+    print(f"\npickup latency: idle worker, poll {PICKUP_POLL:g}s, first step - created_at")
+    head = ("mode", "samples", "p50 ms", "p90 ms", "max ms", "claim p50", "exit")
+    print("  {:<10}{:>8}{:>9}{:>9}{:>9}{:>11}{:>6}".format(*head))
+    for row in record["pickup"]:
+        cells = ("mode", "samples", "p50_ms", "p90_ms", "max_ms", "claim_p50_ms", "exit_code")
+        print("  {:<10}{:>8}{:>9}{:>9}{:>9}{:>11}{:>6}".format(*(str(row[c]) for c in cells)))
+    t = record["throughput"]
+    print(
+        f"\nthroughput: {t['runs']} runs of sequential ({STEPS_PER_RUN} steps), "
+        f"{t['workers']} workers x pool {t['pool']}, poll {THROUGHPUT_POLL:g}s"
+    )
+    print(
+        f"  completed {t['completed']}/{t['runs']}, {t['steps']} steps in {t['wall_s']}s "
+        f"from worker start ({t['claim_to_done_s']}s from first claim)"
+    )
+    print(f"  {t['runs_per_s']} runs/s, {t['steps_per_s']} steps/s")
+    print(f"  runs per worker {t['runs_per_worker']}; exit codes {t['exit_codes']}")
+    print(
+        f"  CPU during the phase: {t['cpu_own_s']}s bench + workers, "
+        f"{t['cpu_other_s']}s database server and everything else"
+    )
+    problems = record["worker_problems"]
+    print(f"\nworker log lines at WARNING or above: {len(problems)}")
+    for line in problems[:10]:
+        print(f"  {line}")
+
+
+def append_result(record: dict[str, Any]) -> None:
+    with open(RESULTS, "a", encoding="utf-8") as out:
+        out.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+# -- main ----------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", choices=["postgres", "mariadb", "sqlite"], required=True)
+    parser.add_argument("--runs", type=int, default=1000, help="throughput runs (1000)")
+    parser.add_argument("--workers", type=int, default=2, help="throughput workers (2)")
+    parser.add_argument("--pool", type=int, default=8, help="pool per throughput worker (8)")
+    parser.add_argument("--samples", type=int, default=30, help="pickup samples per mode (30)")
+    parser.add_argument("--keep-logs", action="store_true", help="keep the worker logs")
+    args = parser.parse_args(argv)
+    if min(args.runs, args.workers, args.pool, args.samples) < 1:
+        parser.error("--runs, --workers, --pool and --samples must be at least 1")
+    return args
+
+
+def benchmark(args: argparse.Namespace, workers: Workers) -> dict[str, Any]:
+    from django.db import connection
+
+    info = machine_info(database_version())
+    modes = [("notify", ()), ("polling", ("--no-notify",))]
+    if connection.vendor != "postgresql":
+        modes = [("polling", ())]
+    pickup = [measure_pickup(workers, label, args.samples, *flags) for label, flags in modes]
+    throughput = measure_throughput(workers, args.runs, args.workers, args.pool)
+    info["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    return {
+        "db": args.db,
+        "args": {k: v for k, v in vars(args).items() if k != "keep_logs"},
+        "machine": info,
+        "pickup": pickup,
+        "throughput": throughput,
+        "worker_problems": workers.problems(),
+    }
+
+
+def interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # SIGTERM (and SIGINT, even when a background shell ignores it) must reach the
+    # ``finally`` that kills the workers and drops the database.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, interrupt)
+    scratch = Path(tempfile.mkdtemp(prefix="everystep-bench-"))
+    configure_environment(args.db, scratch)
+
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    workers = Workers(scratch)
+    original_name = connection.settings_dict["NAME"]
+    record: dict[str, Any] | None = None
+    try:
+        connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+        record = benchmark(args, workers)
+    finally:
+        # Workers hold connections: PostgreSQL refuses to drop a database in use.
+        workers.kill_all()
+        drop_database(original_name)
+        if args.keep_logs or record is None:
+            print(f"worker logs kept in {scratch}", file=sys.stderr)
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+    print_table(record)
+    append_result(record)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
