@@ -118,6 +118,12 @@ def _execute(
         _record(run, record, "failed", began, error=error, after=defn.unsafe_to_repeat)
         if isinstance(exc, Terminal):
             raise run.abort(exc) from None
+        # The body must see what a replay will re-raise: if the exception cannot be
+        # rebuilt as its own type, the live pass gets the StepFailure a replay would get
+        # (with the original chained), so an `except` in the body behaves the same.
+        replayed = serde.decode_error(error)
+        if type(replayed) is not type(exc):
+            raise replayed from exc
         raise
     current_frame.reset(token)
     _maybe_crash(step_id, defn.name)

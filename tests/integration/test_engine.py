@@ -221,3 +221,15 @@ def test_unknown_workflow_fails_once():
     run = finished(run)
     assert run.status == "failed"
     assert "unknown workflow 'no.such.workflow'" in run.error["message"]
+
+
+def test_unrebuildable_step_error_is_the_same_on_live_pass_and_replay():
+    """A step error that cannot be rebuilt reaches the body as StepFailure on both paths."""
+    live = finished(schedule(wf.catches_picky))
+    assert live.result == "StepFailure"
+    resumed = schedule(wf.catches_picky)
+    with crash_after("2"):
+        run_due()
+    resumed = finished(resumed)
+    assert resumed.result == "StepFailure"
+    assert wf.CALLS["picky"] == 2, "once per run: the replay re-raised the record"

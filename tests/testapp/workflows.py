@@ -8,6 +8,7 @@ from typing import Any
 
 from everystep import Terminal, parallel, step, workflow
 from everystep.context import current
+from everystep.errors import StepFailure
 
 CALLS: Counter[str] = Counter()
 _lock = threading.Lock()
@@ -256,3 +257,30 @@ def self_destruct() -> None:
     echo("before-delete")
     delete_own_run()
     echo("after-delete")
+
+
+class PickyError(Exception):
+    """Cannot be rebuilt from its stored args (keyword-only constructor)."""
+
+    def __init__(self, *, code: int) -> None:
+        super().__init__(f"picky {code}")
+        self.code = code
+
+
+@step
+def picky() -> None:
+    _count("picky")
+    raise PickyError(code=7)
+
+
+@workflow
+def catches_picky() -> str:
+    try:
+        picky()
+        outcome = "no error"
+    except PickyError:
+        outcome = "PickyError"
+    except StepFailure:
+        outcome = "StepFailure"
+    echo("after-picky")
+    return outcome
