@@ -64,7 +64,7 @@ image:
 		-t $(IMAGE) .
 
 image-test: install-dev image
-	EVERYSTEP_TEST_IMAGE=$(IMAGE) $(BIN)/pytest tests/image
+	EVERYSTEP_TEST_IMAGE=$(IMAGE) EVERYSTEP_TEST_BASE_IMAGE=$(BASE_IMAGE) $(BIN)/pytest tests/image
 
 compose-check: install-dev
 	$(BIN)/podman-compose -f compose.yaml config >/dev/null
