@@ -18,6 +18,8 @@ DEFAULTS: dict[str, object] = {
     # worker requeues a runner's runs (0 turns orphan recovery off).
     "EVERYSTEP_HEARTBEAT": 5.0,
     "EVERYSTEP_ORPHAN_TIMEOUT": 60.0,
+    # The UI without login: only for a UI behind its own authentication (or the demo).
+    "EVERYSTEP_UI_PUBLIC": False,
 }
 
 
@@ -28,6 +30,11 @@ def get(name: str) -> object:
 def fork_threads() -> int:
     value = get("EVERYSTEP_FORK_THREADS")
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 8
+
+
+def ui_public() -> bool:
+    """Exactly ``True`` opens the UI: a stray string such as "False" must not."""
+    return get("EVERYSTEP_UI_PUBLIC") is True
 
 
 def notify() -> bool:

@@ -51,7 +51,7 @@ def ui_view(view: View) -> View:
 
     @functools.wraps(view)
     def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if getattr(settings, "EVERYSTEP_UI_PUBLIC", False) is True:
+        if conf.ui_public():
             return view(request, *args, **kwargs)
         checked = staff_member_required(view, login_url=_login_url())
         return checked(request, *args, **kwargs)
