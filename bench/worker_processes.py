@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -10,6 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: the test project (tests/) is imported
+    sys.path.insert(0, str(ROOT))
+
+from tests.workers import worker_command, worker_env  # noqa: E402
+
 EXIT_TIMEOUT = 60.0  # above the worker's default 30 s drain
 
 
@@ -23,24 +27,13 @@ class WorkerProcess:
     proc: subprocess.Popen[bytes] = field(init=False)
 
     def __post_init__(self) -> None:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("EVERYSTEP_") or k.startswith("EVERYSTEP_TEST_")
-        }
-        env.update(
-            {
-                "DJANGO_SETTINGS_MODULE": "tests.settings",
-                "EVERYSTEP_TEST_SUBPROCESS": "1",
-                "EVERYSTEP_TEST_LOG_LEVEL": "INFO",
-                "PYTHONPATH": str(ROOT),
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        cmd = [sys.executable, str(ROOT / "manage.py"), "everystep_worker", "--name", self.name]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [*cmd, *self.args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+                worker_command(self.name, self.args),
+                cwd=ROOT,
+                env=worker_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
 
     def check_alive(self) -> None:

@@ -6,7 +6,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -17,8 +16,7 @@ from typing import Any
 import pytest
 from django.db import connections
 
-ROOT = Path(__file__).resolve().parents[2]
-
+from tests.workers import ROOT, worker_command, worker_env
 
 _LIVE: list[WorkerProcess] = []
 
@@ -51,25 +49,11 @@ class WorkerProcess:
         self.name = name
         self.log_path = log
         self.expect_alive = True
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("EVERYSTEP_") or k.startswith("EVERYSTEP_TEST_")
-        }
-        env.update(
-            {
-                "DJANGO_SETTINGS_MODULE": "tests.settings",
-                "EVERYSTEP_TEST_SUBPROCESS": "1",
-                "EVERYSTEP_TEST_LOG_LEVEL": "INFO",
-                "PYTHONPATH": os.pathsep.join(filter(None, [extra_path, str(ROOT)])),
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
         self._log = open(log, "wb")  # noqa: SIM115  (closed in wait/kill)
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "everystep_worker", "--name", name, *args],
+            worker_command(name, args),
             cwd=ROOT,
-            env=env,
+            env=worker_env(extra_path),
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
