@@ -71,6 +71,7 @@ def stack(image: str) -> Iterator[None]:
             str(ROOT / "image/ci"),
             timeout=900,
         )
+    compose("down", "-v", "-t", "0")  # whatever an interrupted run left behind
     try:
         compose("up", "-d", "--no-build")
         yield

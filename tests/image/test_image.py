@@ -35,6 +35,7 @@ def start(
     extra: tuple[str, ...] = (),
 ) -> str:
     env_flags = [item for key, value in env.items() for item in ("-e", f"{key}={value}")]
+    podman("rm", "-f", "-t", "0", name, check=False)  # left over by an interrupted run
     podman(
         "run",
         "-d",
@@ -190,6 +191,7 @@ def test_bad_configuration_fails_with_one_clear_message(image, args, env, messag
 def test_demo_role_serves_the_ui(image, containers):
     """`demo` runs the bundled project on SQLite with a worker and serves the UI."""
     port = free_port()
+    podman("rm", "-f", "-t", "0", "es-demo", check=False)
     podman("run", "-d", "--name", "es-demo", "-p", f"127.0.0.1:{port}:8000", image, "demo")
     containers.append("es-demo")
 
