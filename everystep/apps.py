@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.utils.module_loading import autodiscover_modules
 
 
 class EverystepConfig(AppConfig):
@@ -13,3 +14,7 @@ class EverystepConfig(AppConfig):
 
         metrics.install()
         sentry.install()
+        # Like the admin's admin.py: every installed app's ``workflows`` module is imported,
+        # so a worker knows every @workflow before its first claim, whatever it was started
+        # by (manage.py everystep_worker, the runner, an embedded Worker).
+        autodiscover_modules("workflows")
