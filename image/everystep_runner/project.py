@@ -1,6 +1,7 @@
 """Load the user's Django project at run time: the directory onto ``sys.path``, the
-settings module, the runner's overrides, ``django.setup()``, then the ``workflows``
-module of every installed app so each ``@workflow`` is registered before the first claim.
+settings module, the runner's overrides, then ``django.setup()`` (during which everystep
+imports the ``workflows`` module of every installed app, so each ``@workflow`` is
+registered before the first claim).
 """
 
 from __future__ import annotations
@@ -58,9 +59,7 @@ def load(settings: RunnerSettings, environ: Mapping[str, str] | None = None) -> 
 
     if not apps.is_installed("everystep"):
         raise ProjectError(f"'everystep' is not in INSTALLED_APPS of {module}: add it")
-    from django.utils.module_loading import autodiscover_modules
-
-    autodiscover_modules("workflows")
+    # everystep's AppConfig.ready() has imported every app's workflows module by now.
     return module
 
 
