@@ -41,9 +41,10 @@ class Status(models.TextChoices):
     FAILED = "failed"
     STOPPED = "stopped"
     BLOCKED = "blocked"
+    CANCELLED = "cancelled"
 
 
-FINAL_STATUSES = frozenset({Status.COMPLETED, Status.FAILED, Status.STOPPED})
+FINAL_STATUSES = frozenset({Status.COMPLETED, Status.FAILED, Status.STOPPED, Status.CANCELLED})
 
 
 class StepStatus(models.TextChoices):
@@ -84,6 +85,12 @@ class Workflow(models.Model):
             # Catchup and orphan recovery: runs held by one runner.
             models.Index(fields=["claimed_by", "status"], name="everystep_wf_claimed"),
             models.Index(fields=["name", "id"], name="everystep_wf_name_id"),
+        ]
+        # The UI's write actions; the admin stays read-only whatever the user's rights.
+        permissions = [
+            ("cancel_workflow", "Can cancel runs"),
+            ("requeue_workflow", "Can requeue running runs"),
+            ("resolve_workflow", "Can settle the uncertain step of blocked runs"),
         ]
 
     def __str__(self) -> str:

@@ -29,17 +29,20 @@ from everystep.store.runners import (
     requeue_runner,
 )
 from everystep.store.runs import (
+    cancel_run,
     create_run,
     finish_run,
     get_run,
     load_steps,
     record_step,
+    requeue_one,
     requeue_run,
     resolve_step,
 )
 
 __all__ = [
     "beat",
+    "cancel_run",
     "create_run",
     "finish_run",
     "forget_runner",
@@ -55,6 +58,7 @@ __all__ = [
     "prune_batch",
     "queue_stats",
     "record_step",
+    "requeue_one",
     "requeue_orphans",
     "requeue_run",
     "requeue_runner",

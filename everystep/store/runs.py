@@ -202,3 +202,40 @@ def resolve_step(run_id: str, step_id: str, *, mode: str, value: Any = None) -> 
     run = get_run(run_id)
     assert run is not None
     return run
+
+
+def cancel_run(run_id: str, *, by: str) -> Workflow:
+    """Cancel a run that has not reached a final status.
+
+    A scheduled or blocked run ends at once. A running run ends too: its worker's next
+    write (the step in flight's record, or the outcome) is refused by the fence, so that
+    step's effect may have happened but nothing more runs.
+    """
+    now = timezone.now()
+    error = encode_error(EverystepError(f"cancelled by {by}"))
+    cancelled = Workflow.objects.filter(
+        id=run_id, status__in=[Status.SCHEDULED, Status.RUNNING, Status.BLOCKED]
+    ).update(
+        status=Status.CANCELLED, claim_token=None, error=error, completed_at=now, updated_at=now
+    )
+    run = get_run(run_id)
+    if run is None:
+        raise EverystepError(f"no run with id {run_id}")
+    if not cancelled:
+        raise EverystepError(f"run {run_id} is {run.status}: only unfinished runs can be cancelled")
+    return run
+
+
+def requeue_one(run_id: str) -> Workflow:
+    """Put one ``running`` run back to ``scheduled`` (its holder is gone or stuck); the
+    holder's late writes are refused by the fence."""
+    requeued = Workflow.objects.filter(id=run_id, status=Status.RUNNING).update(
+        status=Status.SCHEDULED, claimed_by=None, claim_token=None, updated_at=timezone.now()
+    )
+    run = get_run(run_id)
+    if run is None:
+        raise EverystepError(f"no run with id {run_id}")
+    if not requeued:
+        raise EverystepError(f"run {run_id} is {run.status}: only running runs can be requeued")
+    notify_due()
+    return run

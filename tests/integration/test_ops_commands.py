@@ -65,7 +65,7 @@ def test_prune_deletes_only_old_final_runs_and_their_steps():
         make_run("blocked", days_ago=40, steps=2),
     ]
     out = command("everystep_prune", "--older-than", "30")
-    assert "deleted 3 run(s) and 6 step(s) in 1 batch(es)" in out
+    assert "deleted 4 run(s) and 8 step(s) in 1 batch(es)" in out
     assert surviving() == {run.id for run in kept}
     assert not Step.objects.filter(workflow_id__in=[run.id for run in doomed]).exists()
     assert Step.objects.count() == 2 + 1 + 1 + 2 + 2 + 2

@@ -284,3 +284,19 @@ def catches_picky() -> str:
         outcome = "StepFailure"
     echo("after-picky")
     return outcome
+
+
+@step
+def cancel_own_run() -> None:
+    from everystep import store
+
+    ctx = current()
+    assert ctx is not None
+    store.cancel_run(str(ctx.workflow_id), by="the test")
+
+
+@workflow
+def self_cancel() -> None:
+    echo("before-cancel")
+    cancel_own_run()
+    echo("after-cancel")

@@ -1,0 +1,67 @@
+"""Cancelling and requeueing single runs (everystep_cancel, everystep_requeue)."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from everystep import schedule
+from everystep.models import Step, Workflow
+from everystep.testing import run_due
+from tests.testapp import workflows as wf
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_cancel_a_scheduled_run_means_it_never_runs():
+    """A cancelled scheduled run is final and no worker claims it."""
+    run = schedule(wf.sequential, 1, 1)
+    call_command("everystep_cancel", str(run.id))
+    run_due()
+    run.refresh_from_db()
+    assert run.status == "cancelled" and run.completed_at is not None
+    assert "cancelled by" in run.error["message"]
+    assert not Step.objects.filter(workflow=run).exists()
+
+
+def test_cancel_a_running_run_stops_it_at_the_next_record():
+    """Cancelled mid-run: the step in flight ran, its record and every later step did not."""
+    run = schedule(wf.self_cancel)
+    run_due()
+    run.refresh_from_db()
+    assert run.status == "cancelled"
+    assert list(Step.objects.filter(workflow=run).values_list("step_id", flat=True)) == ["1"]
+    assert wf.CALLS["echo:after-cancel"] == 0
+
+
+def test_cancel_a_blocked_run(blocked_run):
+    """A blocked run can be cancelled instead of resolved."""
+    call_command("everystep_cancel", str(blocked_run.id))
+    blocked_run.refresh_from_db()
+    assert blocked_run.status == "cancelled"
+
+
+def test_cancel_refuses_a_finished_run():
+    """A run that already has its outcome cannot be cancelled, and is left as it was."""
+    run = schedule(wf.sequential, 1, 1)
+    run_due()
+    with pytest.raises(CommandError, match="is completed: only unfinished runs"):
+        call_command("everystep_cancel", str(run.id))
+    with pytest.raises(CommandError, match="no run with id"):
+        call_command("everystep_cancel", "00000000-0000-0000-0000-000000000000")
+    run.refresh_from_db()
+    assert run.status == "completed"
+
+
+def test_requeue_one_running_run():
+    """everystep_requeue puts a running run back to scheduled; a worker then completes it."""
+    run = schedule(wf.sequential, 2, 2)
+    Workflow.objects.filter(id=run.id).update(status="running", claimed_by="stuck")
+    call_command("everystep_requeue", str(run.id))
+    run.refresh_from_db()
+    assert (run.status, run.claimed_by) == ("scheduled", None)
+    run_due()
+    run.refresh_from_db()
+    assert run.status == "completed"
+    with pytest.raises(CommandError, match="only running runs can be requeued"):
+        call_command("everystep_requeue", str(run.id))
