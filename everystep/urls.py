@@ -1,15 +1,16 @@
-"""Mount the read-only UI with ``path("everystep/", include("everystep.urls"))``."""
+"""Mount the UI with ``path("everystep/", include("everystep.urls"))``."""
 
 from __future__ import annotations
 
 from django.urls import path
 
-from everystep.ui import views
+from everystep.ui import actions, views
 
 app_name = "everystep"
 
 urlpatterns = [
     path("", views.runs, name="runs"),
     path("runs/<uuid:run_id>/", views.run, name="run"),
+    path("runs/<uuid:run_id>/action/", actions.run_action, name="run-action"),
     path("runners/", views.runners, name="runners"),
 ]

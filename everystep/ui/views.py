@@ -28,6 +28,7 @@ from django.views.decorators.http import require_safe
 
 from everystep import conf, store
 from everystep.models import Status, Workflow
+from everystep.ui import actions
 from everystep.ui.graph import build_graph
 from everystep.ui.timeline import build_timeline, format_duration
 
@@ -116,10 +117,16 @@ def run(request: HttpRequest, run_id: UUID) -> HttpResponse:
         raise Http404(f"no run with id {run_id}")
     steps = store.run_steps(run_id)
     timeline = build_timeline(steps, _open_until(found))
+    notices = [f"Error: {request.GET['error']}"] if request.GET.get("error") else []
+    if request.GET.get("done") in actions.PERMISSIONS:
+        notices.append(f"Done: {request.GET['done']}.")
     context = {
         "nav": "runs",
+        "notices": notices,
         "refresh_seconds": _refresh(request),
         "run": found,
+        "can": actions.allowed_actions(request, found),
+        "uncertain_steps": actions.uncertain_steps(steps),
         "duration": format_duration(_span(found.started_at, found.completed_at)),
         "args_json": _pretty(found.args),
         "result_json": _pretty(found.result),

@@ -1,0 +1,108 @@
+"""The UI's write actions on one run: cancel, requeue, settle an uncertain step.
+
+Each needs an authenticated active staff user holding the matching permission
+(``everystep.cancel_workflow``, ``requeue_workflow``, ``resolve_workflow``) — also when
+the read-only pages are public — is a CSRF-protected POST, and is logged with the user.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+from uuid import UUID
+
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
+from django.utils.http import urlencode
+from django.views.decorators.csrf import csrf_protect
+from django.views.decorators.http import require_POST
+
+from everystep import serde, store
+from everystep.errors import EverystepError
+from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
+
+logger = logging.getLogger("everystep.ui")
+
+PERMISSIONS = {
+    "cancel": "everystep.cancel_workflow",
+    "requeue": "everystep.requeue_workflow",
+    "resolve": "everystep.resolve_workflow",
+}
+RESOLVE_MODES = ("result", "error", "discard")
+
+
+def allowed_actions(request: HttpRequest, run: Workflow) -> dict[str, bool]:
+    """Which actions the run page offers this user for this run."""
+    user = request.user
+    if not (user.is_authenticated and user.is_active and user.is_staff):
+        return dict.fromkeys(PERMISSIONS, False)
+    applicable = {
+        "cancel": run.status not in FINAL_STATUSES,
+        "requeue": run.status == Status.RUNNING,
+        "resolve": run.status == Status.BLOCKED,
+    }
+    return {name: applicable[name] and user.has_perm(perm) for name, perm in PERMISSIONS.items()}
+
+
+# csrf_protect: enforced even in a project that left CsrfViewMiddleware out.
+@csrf_protect
+@require_POST
+def run_action(request: HttpRequest, run_id: UUID) -> HttpResponse:
+    """Perform ``request.POST["action"]`` on the run, then go back to its page."""
+    action = request.POST.get("action", "")
+    user = request.user
+    if action not in PERMISSIONS:
+        return _back(run_id, error=f"unknown action {action!r}")
+    if not (user.is_authenticated and user.is_active and user.is_staff):
+        raise PermissionDenied("write actions need a staff login")
+    if not user.has_perm(PERMISSIONS[action]):
+        raise PermissionDenied(f"{action} needs the {PERMISSIONS[action]} permission")
+    try:
+        detail = _perform(action, str(run_id), request.POST, by=f"{user.get_username()} (UI)")
+    except (EverystepError, ValueError) as exc:
+        return _back(run_id, error=str(exc))
+    logger.info(
+        "run %s: %s by %s%s",
+        run_id,
+        action,
+        user.get_username(),
+        detail,
+        extra={"event": f"ui.{action}", "run_id": str(run_id), "user": user.get_username()},
+    )
+    return _back(run_id, done=action)
+
+
+def _perform(action: str, run_id: str, form: Any, *, by: str) -> str:
+    if action == "cancel":
+        store.cancel_run(run_id, by=by)
+        return ""
+    if action == "requeue":
+        store.requeue_one(run_id)
+        return ""
+    step_id, mode = form.get("step_id", ""), form.get("mode", "")
+    if mode not in RESOLVE_MODES:
+        raise ValueError(f"resolve mode must be one of {', '.join(RESOLVE_MODES)}")
+    value: Any = None
+    if mode == "result":
+        try:
+            value = serde.encode(json.loads(form.get("value", "")))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"the result is not valid JSON: {exc}") from None
+    elif mode == "error":
+        value = form.get("value", "").strip()
+        if not value:
+            raise ValueError("an error needs a message")
+    store.resolve_step(run_id, step_id, mode=mode, value=value)
+    return f" (step {step_id}: {mode})"
+
+
+def _back(run_id: UUID, **params: str) -> HttpResponseRedirect:
+    url = reverse("everystep:run", args=[run_id])
+    return HttpResponseRedirect(f"{url}?{urlencode(params)}")
+
+
+def uncertain_steps(steps: list[Any]) -> list[str]:
+    """Step ids a blocked run can have settled: those started without an outcome."""
+    return [step.step_id for step in steps if step.status == StepStatus.STARTED]
