@@ -218,12 +218,7 @@ def cancel_run(run_id: str, *, by: str) -> Workflow:
     ).update(
         status=Status.CANCELLED, claim_token=None, error=error, completed_at=now, updated_at=now
     )
-    run = get_run(run_id)
-    if run is None:
-        raise EverystepError(f"no run with id {run_id}")
-    if not cancelled:
-        raise EverystepError(f"run {run_id} is {run.status}: only unfinished runs can be cancelled")
-    return run
+    return _changed_run(run_id, cancelled, "only unfinished runs can be cancelled")
 
 
 def requeue_one(run_id: str) -> Workflow:
@@ -232,10 +227,16 @@ def requeue_one(run_id: str) -> Workflow:
     requeued = Workflow.objects.filter(id=run_id, status=Status.RUNNING).update(
         status=Status.SCHEDULED, claimed_by=None, claim_token=None, updated_at=timezone.now()
     )
+    run = _changed_run(run_id, requeued, "only running runs can be requeued")
+    notify_due()
+    return run
+
+
+def _changed_run(run_id: str, changed: int, rule: str) -> Workflow:
+    """The run an operator's conditional update changed, or why it did not change."""
     run = get_run(run_id)
     if run is None:
         raise EverystepError(f"no run with id {run_id}")
-    if not requeued:
-        raise EverystepError(f"run {run_id} is {run.status}: only running runs can be requeued")
-    notify_due()
+    if not changed:
+        raise EverystepError(f"run {run_id} is {run.status}: {rule}")
     return run
