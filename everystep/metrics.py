@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -144,7 +143,6 @@ class WorkerCollector(Collector if prometheus_client else object):  # type: igno
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
-        self.started_at = time.time()
 
     def collect(self) -> Iterator[Any]:
         runner = self.worker.name
@@ -153,7 +151,7 @@ class WorkerCollector(Collector if prometheus_client else object):  # type: igno
             ("everystep_worker_inflight", self.worker.inflight, "Runs in flight now."),
             (
                 "everystep_worker_started_at_seconds",
-                self.started_at,
+                self.worker.started_at.timestamp(),
                 "Unix time the worker started.",
             ),
         ):

@@ -9,6 +9,7 @@ import time
 import uuid
 
 from django.db import models
+from django.utils import timezone
 
 _uuid7_lock = threading.Lock()
 _uuid7_last = 0
@@ -133,3 +134,12 @@ class Runner(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.inflight}/{self.pool_size})"
+
+    def seconds_silent(self) -> float:
+        """Seconds since this runner's last heartbeat."""
+        return (timezone.now() - self.last_seen).total_seconds()
+
+    def may_be_alive(self, orphan_timeout: float, heartbeat: float) -> bool:
+        """Heard from too recently to be taken for dead: within the orphan timeout, and
+        never within two heartbeat intervals."""
+        return self.seconds_silent() < max(orphan_timeout, 2 * heartbeat)

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db import DatabaseError, connections
-from django.utils import timezone
 
 from everystep import store
 
@@ -24,6 +23,7 @@ class Heartbeat(threading.Thread):
     def __init__(
         self,
         name: str,
+        started_at: Any,
         pool_size: int,
         inflight: Callable[[], int],
         draining: Callable[[], bool],
@@ -33,7 +33,7 @@ class Heartbeat(threading.Thread):
         super().__init__(name="everystep-heartbeat", daemon=True)
         self.runner = name
         self.boot_id = uuid.uuid4()
-        self.started_at = timezone.now()
+        self.started_at = started_at
         self.pool_size = pool_size
         self.inflight = inflight
         self.draining = draining

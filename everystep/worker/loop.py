@@ -18,6 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connection, connections
+from django.utils import timezone
 
 from everystep import claim, conf, sentry, signals, store
 from everystep.engine.execute import PassResult, encode_outcome_error, run_pass
@@ -100,6 +101,7 @@ class Worker:
         self._inflight: dict[Future[PassResult], Claim] = {}
         self._backlog: deque[tuple[float, Claim]] = deque()  # held, not yet submitted
         self._backoff = 0.0
+        self.started_at = timezone.now()  # reset when run() starts
         self.last_tick = time.monotonic()  # liveness: the loop is ticking
         self.ready = threading.Event()  # set once catchup is done and the loop runs
 
@@ -125,11 +127,13 @@ class Worker:
         steps still executing (their runs were requeued; their threads are abandoned,
         and a standalone process should exit now rather than wait for them).
         """
+        self.started_at = timezone.now()
         probe = self._probe_server()
         restore = self._install_signals()
         executor = ThreadPoolExecutor(self.pool_size, thread_name_prefix="everystep-run")
         beat = Heartbeat(
             self.name,
+            self.started_at,
             self.pool_size,
             lambda: self.inflight,
             lambda: self.draining,
@@ -207,13 +211,12 @@ class Worker:
         other = store.get_runner(self.name)
         if other is None or other.boot_id == beat.boot_id:
             return
-        age = time.time() - other.last_seen.timestamp()
-        if age < max(self.orphan_timeout, 2 * self.heartbeat_interval):
+        if other.may_be_alive(self.orphan_timeout, self.heartbeat_interval):
             logger.warning(
                 "runner name %s sent a heartbeat %.0fs ago from another process: if that "
                 "process is still alive, two workers share one name",
                 self.name,
-                age,
+                other.seconds_silent(),
                 extra={"event": "worker.name_in_use", "runner": self.name},
             )
 

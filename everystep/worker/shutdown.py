@@ -35,9 +35,7 @@ def drain(worker: Worker, executor: ThreadPoolExecutor, beat: Heartbeat) -> bool
         worker.drain,
         extra=extra,
     )
-    # Held but never started (catchup backlog, database retries): nothing to wait for.
-    while worker._backlog:
-        _requeue(worker, worker._backlog.popleft()[1])
+    _requeue_backlog(worker)
     deadline = time.monotonic() + worker.drain if worker.drain > 0 else None
     while worker._inflight and not worker._force.is_set():
         left = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
@@ -45,8 +43,7 @@ def drain(worker: Worker, executor: ThreadPoolExecutor, beat: Heartbeat) -> bool
             break
         wait(list(worker._inflight), timeout=left, return_when=FIRST_COMPLETED)
         worker.reap()
-        while worker._backlog:  # a pass that could not reach the database
-            _requeue(worker, worker._backlog.popleft()[1])
+        _requeue_backlog(worker)  # a pass that could not reach the database lands there
     leftovers = list(worker._inflight.values())
     for held in leftovers:
         _requeue(worker, held)
@@ -64,6 +61,12 @@ def drain(worker: Worker, executor: ThreadPoolExecutor, beat: Heartbeat) -> bool
         "worker %s stopped", worker.name, extra={"event": "worker.stopped", "runner": worker.name}
     )
     return not leftovers
+
+
+def _requeue_backlog(worker: Worker) -> None:
+    # Held but never started (catchup, database retries): nothing to wait for.
+    while worker._backlog:
+        _requeue(worker, worker._backlog.popleft()[1])
 
 
 def _requeue(worker: Worker, held: Claim) -> None:

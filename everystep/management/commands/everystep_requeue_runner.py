@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -25,16 +24,17 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         name = options["name"]
         runner = store.get_runner(name)
-        if runner is not None and not options["force"]:
-            age = time.time() - runner.last_seen.timestamp()
-            limit = max(
-                conf.seconds("EVERYSTEP_ORPHAN_TIMEOUT"), 2 * conf.seconds("EVERYSTEP_HEARTBEAT")
+        if (
+            runner is not None
+            and not options["force"]
+            and runner.may_be_alive(
+                conf.seconds("EVERYSTEP_ORPHAN_TIMEOUT"), conf.seconds("EVERYSTEP_HEARTBEAT")
             )
-            if age < limit:
-                raise CommandError(
-                    f"runner {name!r} sent a heartbeat {age:.0f}s ago and may be alive; "
-                    "stop it first, or use --force if you are sure it is dead"
-                )
+        ):
+            raise CommandError(
+                f"runner {name!r} sent a heartbeat {runner.seconds_silent():.0f}s ago and may "
+                "be alive; stop it first, or use --force if you are sure it is dead"
+            )
         ids = store.requeue_runner(name)
         for run_id in ids:
             self.stdout.write(str(run_id))
