@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core import checks
 
-from everystep import conf
+from everystep import conf, options
 
 
 @checks.register()
@@ -20,27 +20,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="everystep.E001",
             )
         )
-    if not isinstance(conf.get("EVERYSTEP_NOTIFY"), bool):
-        errors.append(checks.Error("EVERYSTEP_NOTIFY must be True or False", id="everystep.E002"))
-    for name in ("EVERYSTEP_HEARTBEAT", "EVERYSTEP_ORPHAN_TIMEOUT"):
-        value = conf.get(name)
-        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
-            errors.append(
-                checks.Error(
-                    f"{name} must be a number of seconds >= 0, got {value!r}", id="everystep.E003"
-                )
-            )
-    heartbeat, orphan = conf.get("EVERYSTEP_HEARTBEAT"), conf.get("EVERYSTEP_ORPHAN_TIMEOUT")
-    if (
-        isinstance(heartbeat, int | float)
-        and isinstance(orphan, int | float)
-        and 0 < orphan <= 2 * heartbeat
-    ):
-        errors.append(
-            checks.Error(
-                "EVERYSTEP_ORPHAN_TIMEOUT must be more than twice EVERYSTEP_HEARTBEAT, or live "
-                "runners would be taken for dead",
-                id="everystep.E004",
-            )
-        )
+    # The worker's settings are validated by the very rules Worker applies, so a value
+    # that passes here is one a worker accepts.
+    try:
+        conf.worker_options()
+    except options.OptionError as exc:
+        errors += [checks.Error(problem, id="everystep.E003") for problem in str(exc).split("; ")]
     return errors

@@ -1,23 +1,23 @@
-"""The library's Django settings, read in one place with their defaults.
+"""The library's Django settings, read in one place.
 
-Invalid values are reported by the system checks in ``everystep.checks``.
+The worker's settings (``EVERYSTEP_NOTIFY``, ``EVERYSTEP_HEARTBEAT``,
+``EVERYSTEP_ORPHAN_TIMEOUT``) are declared with the other worker options in
+``everystep.options``; the rest are here. Invalid values are reported by the system checks
+in ``everystep.checks``.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
+
+from everystep import options
 
 DEFAULTS: dict[str, object] = {
     # Threads all parallel() forks of this process may use at once, beyond the
     # forking threads themselves; branches without a free slot run inline.
     "EVERYSTEP_FORK_THREADS": 8,
-    # PostgreSQL only: NOTIFY on schedule/requeue and LISTEN in idle workers, so a run
-    # starts in milliseconds instead of up to one poll. Polling stays the correctness path.
-    "EVERYSTEP_NOTIFY": True,
-    # Seconds between runner heartbeats, and the heartbeat age after which another
-    # worker requeues a runner's runs (0 turns orphan recovery off).
-    "EVERYSTEP_HEARTBEAT": 5.0,
-    "EVERYSTEP_ORPHAN_TIMEOUT": 60.0,
     # The UI without login: only for a UI behind its own authentication (or the demo).
     "EVERYSTEP_UI_PUBLIC": False,
 }
@@ -25,6 +25,17 @@ DEFAULTS: dict[str, object] = {
 
 def get(name: str) -> object:
     return getattr(settings, name, DEFAULTS[name])
+
+
+def configured(name: str) -> Any:
+    """The project's value of Django setting ``name``, or ``options.NOT_SET``."""
+    return getattr(settings, name, options.NOT_SET)
+
+
+def worker_options(**given: Any) -> dict[str, Any]:
+    """Every worker option resolved from ``given``, the Django settings and the defaults
+    (see ``everystep.options``); ``OptionError`` if any is invalid."""
+    return options.resolve(given, configured)
 
 
 def fork_threads() -> int:
@@ -37,14 +48,17 @@ def ui_public() -> bool:
     return get("EVERYSTEP_UI_PUBLIC") is True
 
 
+def worker_default(name: str) -> Any:
+    """What a worker given no value for option ``name`` uses: its Django setting, or the
+    default when that is unset or invalid (the system checks report it)."""
+    option = options.BY_NAME[name]
+    value = options.NOT_SET if option.setting is None else configured(option.setting)
+    try:
+        return option.default if value is options.NOT_SET else option.check(value)
+    except ValueError:
+        return option.default
+
+
 def notify() -> bool:
-    return bool(get("EVERYSTEP_NOTIFY"))
-
-
-def seconds(name: str) -> float:
-    value = get(name)
-    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-        return float(value)
-    default = DEFAULTS[name]
-    assert isinstance(default, float)
-    return default
+    """Whether scheduling and requeueing send a PostgreSQL NOTIFY."""
+    return bool(worker_default("notify"))

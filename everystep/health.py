@@ -19,7 +19,7 @@ from django.db import DatabaseError, connections
 from everystep import store
 
 if TYPE_CHECKING:
-    from everystep.worker.loop import Worker
+    from everystep.worker.state import WorkerState
 
 
 @dataclass
@@ -31,7 +31,7 @@ class Probe:
         return {"ok": self.ok, **self.checks}
 
 
-def liveness(worker: Worker) -> Probe:
+def liveness(worker: WorkerState) -> Probe:
     """Is the claim loop ticking?"""
     age = time.monotonic() - worker.last_tick
     ok = worker.draining or age <= worker.liveness_timeout
@@ -52,7 +52,7 @@ class Readiness:
     def __init__(self) -> None:
         self._migrated = False
 
-    def __call__(self, worker: Worker) -> Probe:
+    def __call__(self, worker: WorkerState) -> Probe:
         checks: dict[str, Any] = {"draining": worker.draining}
         try:
             store.ping()

@@ -19,7 +19,7 @@ from django.http import HttpRequest, HttpResponse
 from everystep import signals
 
 if TYPE_CHECKING:
-    from everystep.worker.loop import Worker
+    from everystep.worker.state import WorkerState
 
 logger = logging.getLogger("everystep.metrics")
 
@@ -139,9 +139,9 @@ class QueueCollector(Collector if prometheus_client else object):  # type: ignor
 
 
 class WorkerCollector(Collector if prometheus_client else object):  # type: ignore[misc]
-    """Gauges of one worker, read from the live Worker object at scrape time."""
+    """Gauges of one worker, read from its live state at scrape time."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: WorkerState) -> None:
         self.worker = worker
 
     def collect(self) -> Iterator[Any]:

@@ -7,9 +7,14 @@ import os
 import threading
 import time
 import uuid
+from typing import Any
 
 from django.db import models
+from django.db.models import DateTimeField, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
+
+from everystep.values import Claim
 
 _uuid7_lock = threading.Lock()
 _uuid7_last = 0
@@ -54,8 +59,65 @@ class StepStatus(models.TextChoices):
     STARTED = "started"
 
 
+def fence(claim: Claim) -> dict[str, Any]:
+    """The fencing rule, as column values: a write made for a claimed run applies only
+    while the run is still ``running`` under the token it was claimed with, so a stale
+    worker cannot overwrite the work of a newer claimer (or undo a cancel or requeue)."""
+    return {"id": claim.run_id, "claim_token": claim.token, "status": Status.RUNNING}
+
+
+class WorkflowQuerySet(models.QuerySet["Workflow"]):
+    """The transitions of a run's status; callers say which one they want, and each
+    states its ``UPDATE`` once here. Each returns the number of rows it changed."""
+
+    def held_by(self, claim: Claim) -> WorkflowQuerySet:
+        """The run of ``claim``, if the claim still holds it (see ``fence``)."""
+        return self.filter(**fence(claim))
+
+    def take(self, runner: str, token: uuid.UUID) -> int:
+        """Claim these runs for ``runner`` under ``token``."""
+        now = timezone.now()
+        return self.update(
+            status=Status.RUNNING,
+            claimed_by=runner,
+            claim_token=token,
+            updated_at=now,
+            started_at=Coalesce("started_at", Value(now, output_field=DateTimeField())),
+        )
+
+    def requeue(self) -> int:
+        """Put these runs back to ``scheduled`` with their claim released, so any runner
+        may take them; a new claim token fences out the old holder's late writes."""
+        return self.update(
+            status=Status.SCHEDULED,
+            claimed_by=None,
+            claim_token=None,
+            error=None,
+            completed_at=None,
+            updated_at=timezone.now(),
+        )
+
+    def finish(self, status: str, *, result: Any = None, error: Any = None) -> int:
+        """Give these runs an outcome: a final status, or ``blocked`` (not final: a human
+        settles it and the run is requeued)."""
+        now = timezone.now()
+        return self.update(
+            status=status,
+            result=result,
+            error=error,
+            claim_token=None,
+            updated_at=now,
+            completed_at=now if status in FINAL_STATUSES else None,
+        )
+
+    def unfinished(self) -> WorkflowQuerySet:
+        return self.exclude(status__in=FINAL_STATUSES)
+
+
 class Workflow(models.Model):
     """One run of a workflow."""
+
+    objects = WorkflowQuerySet.as_manager()
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     name = models.CharField(max_length=255)

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from everystep import claim, store
+from everystep import store
 from everystep.engine import steps
 from everystep.engine.execute import run_pass
 from everystep.models import Workflow
@@ -42,10 +42,10 @@ def run_due(*, runner: str = DEFAULT_RUNNER, max_passes: int = 10_000) -> list[W
     """
     seen: dict[Any, None] = {}
     passes = 0
-    queue = claim.reclaim_parked(runner)
+    queue = store.reclaim_parked(runner)
     while passes < max_passes:
         if not queue:
-            queue = claim.claim_due(runner, 1)
+            queue = store.claim_due(runner, 1)
             if not queue:
                 break
         current = queue.pop(0)

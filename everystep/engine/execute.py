@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import connection
 
 from everystep import registry, serde, signals, store, tracing
-from everystep.engine.state import Claim, Frame, RunState, Scope, current_frame
+from everystep.engine.state import Frame, RunState, Scope, current_frame
 from everystep.errors import (
     ClaimLost,
     DrainRequested,
@@ -33,6 +33,7 @@ from everystep.errors import (
     Terminal,
 )
 from everystep.models import Status
+from everystep.values import Claim
 
 logger = logging.getLogger("everystep.engine")
 
@@ -58,25 +59,30 @@ def run_pass(claim: Claim, *, should_drain: Callable[[], bool] = lambda: False) 
 
 
 def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
-    row = store.get_run(claim.run_id)
-    if row is None:
-        return _abandon(claim, "?", "the run row no longer exists")
-    defn = registry.lookup(row.name)
+    if claim.workflow is None:  # the claim was not read with its run: read it now
+        row = store.get_run(claim.run_id)
+        if row is None:
+            return _abandon(claim, "?", "the run row no longer exists")
+        claim = replace(claim, workflow=row.name, args=row.args, fresh=False)
+    name = claim.workflow
+    assert name is not None
+    defn = registry.lookup(name)
     if defn is None:
         return _finish(
             claim,
-            row.name,
+            name,
             time.monotonic(),
             Status.FAILED,
             exc=EverystepError(
-                f"unknown workflow {row.name!r}: no @workflow is registered under that name in "
+                f"unknown workflow {name!r}: no @workflow is registered under that name in "
                 "this process (renamed or moved code, or a worker running the wrong project)"
             ),
         )
     state = RunState(
         claim=claim,
-        workflow_name=row.name,
-        records=store.load_steps(claim.run_id),
+        workflow_name=name,
+        # A fresh run has nothing recorded: no need to ask.
+        records={} if claim.fresh else store.load_steps(claim.run_id),
         should_drain=should_drain,
         # Branch threads cannot see the rows of an enclosing, uncommitted transaction
         # (a test wrapped in one), so forks run inline there.
@@ -85,7 +91,7 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
     signals.run_started.send(
         sender=RunState,
         run_id=claim.run_id,
-        workflow=row.name,
+        workflow=name,
         runner=claim.runner,
         replayed_steps=len(state.records),
     )
@@ -95,9 +101,9 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
     token = current_frame.set(Frame(state, Scope()))
     try:
         with tracing.span(
-            "everystep.workflow", run_id=claim.run_id, workflow=row.name, runner=claim.runner
+            "everystep.workflow", run_id=claim.run_id, workflow=name, runner=claim.runner
         ):
-            value = defn.fn(*serde.decode(row.args))
+            value = defn.fn(*serde.decode(claim.args))
     except (Exception, RunInterrupted) as exc:
         outcome = exc
     finally:
@@ -106,12 +112,12 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
     outcome = state.aborted or outcome
     if outcome is None:
         try:
-            result = serde.encode(value, f"result of workflow {row.name}")
+            result = serde.encode(value, f"result of workflow {name}")
         except EverystepError as exc:
             outcome = exc
         else:
-            return _finish(claim, row.name, began, Status.COMPLETED, result=result)
-    return _settle(claim, row.name, began, outcome)
+            return _finish(claim, name, began, Status.COMPLETED, result=result)
+    return _settle(claim, name, began, outcome)
 
 
 def _settle(claim: Claim, workflow: str, began: float, exc: BaseException) -> PassResult:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 
-from everystep.engine.state import RecordedStep
+from everystep.values import RecordedStep
 
 
 class Decision(enum.Enum):

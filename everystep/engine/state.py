@@ -12,32 +12,12 @@ import threading
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
 from uuid import UUID
 
 from everystep.errors import EverystepError
+from everystep.values import Claim, RecordedStep
 
 MAX_STEP_ID_LENGTH = 300
-
-
-@dataclass(frozen=True)
-class Claim:
-    """This worker's claim of one run: every write for the run is fenced by ``token``."""
-
-    run_id: UUID
-    token: UUID
-    runner: str
-
-
-@dataclass(frozen=True)
-class RecordedStep:
-    """A ``Step`` row as the engine needs it for replay."""
-
-    step_id: str
-    name: str
-    status: str
-    result: Any = None
-    error: dict[str, Any] | None = None
 
 
 class Scope:

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from everystep import serde, signals, store, tracing
 from everystep.engine import replay
-from everystep.engine.state import Frame, RecordedStep, RunState, current_frame
+from everystep.engine.state import Frame, RunState, current_frame
 from everystep.errors import (
     DrainRequested,
     EffectUncertain,
@@ -21,6 +21,7 @@ from everystep.errors import (
     WorkflowCodeError,
 )
 from everystep.registry import StepDef
+from everystep.values import RecordedStep
 
 # Crash points installed by ``everystep.testing.crash_after``: each is asked, after a
 # step body returned or raised and before its outcome is recorded, whether to "die".

@@ -1,13 +1,17 @@
 """Every query and update the engine, the worker, the commands and the UI make; nothing
 outside this package builds a queryset of its own.
 
+- ``claims``: claiming due runs and the fenced step record, per database;
+- ``wake``: NOTIFY when a run becomes due, LISTEN in idle workers (PostgreSQL);
 - ``runs``: scheduling, and the engine's reads and fenced writes for a claimed run;
 - ``runners``: heartbeats and requeueing the runs of runners that are gone;
 - ``reports``: read-only queries (operators, metrics, health, UI) and pruning.
 
-Claims, the per-database part, are in ``everystep.claim``.
+The status transitions themselves, and the fencing rule, are on the model layer
+(``everystep.models.WorkflowQuerySet``).
 """
 
+from everystep.store.claims import claim_due, reclaim_parked
 from everystep.store.reports import (
     list_runs,
     ping,
@@ -29,6 +33,7 @@ from everystep.store.runners import (
     requeue_runner,
 )
 from everystep.store.runs import (
+    SETTLE_MODES,
     cancel_run,
     create_run,
     finish_run,
@@ -38,11 +43,17 @@ from everystep.store.runs import (
     requeue_one,
     requeue_run,
     resolve_step,
+    settle_step,
 )
+from everystep.store.wake import Listener, can_listen, notify_due
 
 __all__ = [
+    "SETTLE_MODES",
+    "Listener",
     "beat",
+    "can_listen",
     "cancel_run",
+    "claim_due",
     "create_run",
     "finish_run",
     "forget_runner",
@@ -52,11 +63,13 @@ __all__ = [
     "list_runners",
     "list_runs",
     "load_steps",
+    "notify_due",
     "ping",
     "prunable_counts",
     "prunable_sample",
     "prune_batch",
     "queue_stats",
+    "reclaim_parked",
     "record_step",
     "requeue_one",
     "requeue_orphans",
@@ -64,6 +77,7 @@ __all__ = [
     "requeue_runner",
     "resolve_step",
     "run_steps",
+    "settle_step",
     "status_counts",
     "unapplied_migrations",
 ]

@@ -11,8 +11,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from everystep.claim import notify_due
 from everystep.models import Runner, Status, Workflow
+from everystep.store.wake import notify_due
 
 
 def requeue_runner(name: str) -> list[UUID]:
@@ -78,9 +78,7 @@ def _requeue_held(**held_by: Any) -> list[tuple[UUID, str, str | None]]:
             return []
         mine = Workflow.objects.filter(status=Status.RUNNING, claim_token=token)
         requeued = list(mine.values_list("id", "name", "claimed_by"))
-        mine.update(
-            status=Status.SCHEDULED, claimed_by=None, claim_token=None, updated_at=timezone.now()
-        )
+        mine.requeue()
         notify_due()
     return requeued
 

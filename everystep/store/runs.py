@@ -1,27 +1,30 @@
 """The engine's reads and fenced writes for one run, and scheduling.
 
-Writes made on behalf of a claimed run are *fenced*: they happen in a transaction that
-first updates the run row on the condition that it is still ``running`` under the
-caller's claim token. That update takes the row lock (PostgreSQL, MariaDB) or the write
-lock (SQLite), so a requeue or a takeover by another worker serialises with it, and a
-stale worker's late write is rejected instead of overwriting the newer claimer's work.
+Writes made on behalf of a claimed run are *fenced* (``everystep.models.fence``): they
+happen in a transaction that first updates the run row on the condition that the claim
+still holds it. That update takes the row lock (PostgreSQL, MariaDB) or the write lock
+(SQLite), so a requeue or a takeover by another worker serialises with it, and a stale
+worker's late write is rejected instead of overwriting the newer claimer's work.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any, ParamSpec, TypeVar
 from uuid import UUID
 
-from django.db import IntegrityError, InterfaceError, OperationalError, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from everystep.claim import notify_due
-from everystep.engine.state import Claim, RecordedStep
 from everystep.errors import ClaimLost, EverystepError, RunGone, StepFailure, StoreUnavailable
 from everystep.models import Status, Step, StepStatus, Workflow
-from everystep.serde import encode_error
+from everystep.serde import encode, encode_error
+from everystep.store import claims
+from everystep.store.wake import notify_due
+from everystep.values import Claim, RecordedStep
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -79,14 +82,11 @@ def load_steps(run_id: UUID) -> dict[str, RecordedStep]:
     return {row[0]: RecordedStep(*row) for row in rows}
 
 
-def _fence(claim: Claim) -> None:
-    touched = Workflow.objects.filter(
-        id=claim.run_id, claim_token=claim.token, status=Status.RUNNING
-    ).update(updated_at=timezone.now())
-    if touched != 1:
-        if not Workflow.objects.filter(id=claim.run_id).exists():
-            raise RunGone(f"run {claim.run_id} no longer exists")
-        raise ClaimLost(f"run {claim.run_id} is no longer claimed by this pass of {claim.runner}")
+def _refused(claim: Claim) -> ClaimLost:
+    """Why a fenced write changed nothing: the run is gone, or no longer ours."""
+    if not Workflow.objects.filter(id=claim.run_id).exists():
+        return RunGone(f"run {claim.run_id} no longer exists")
+    return ClaimLost(f"run {claim.run_id} is no longer claimed by this pass of {claim.runner}")
 
 
 @_guarded
@@ -103,31 +103,31 @@ def record_step(
     error: dict[str, Any] | None = None,
     after_started: bool = False,
 ) -> None:
-    """Record a step's start (unsafe steps) or its outcome, fenced by the claim."""
-    finished_at = None if status == StepStatus.STARTED else timezone.now()
+    """Record a step's start (unsafe steps) or its outcome, fenced by the claim: one
+    statement, in autocommit."""
+    values = {
+        "step_id": step_id,
+        "name": name,
+        "args": args,
+        "kwargs": kwargs,
+        "status": status,
+        "result": result,
+        "error": error,
+        "started_at": started_at,
+        "finished_at": None if status == StepStatus.STARTED else timezone.now(),
+    }
+    # Inside a caller's transaction (a test wrapped in one) a failed statement would
+    # spoil it; a savepoint keeps it usable. A worker's pass has none and pays nothing.
+    savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
     try:
-        with transaction.atomic():
-            _fence(claim)
-            if after_started:
-                settled = Step.objects.filter(
-                    workflow_id=claim.run_id, step_id=step_id, status=StepStatus.STARTED
-                ).update(status=status, result=result, error=error, finished_at=finished_at)
-                if settled:
-                    return
-            Step.objects.create(
-                workflow_id=claim.run_id,
-                step_id=step_id,
-                name=name,
-                args=args,
-                kwargs=kwargs,
-                status=status,
-                result=result,
-                error=error,
-                started_at=started_at,
-                finished_at=finished_at,
-            )
+        with savepoint:
+            if after_started and claims.settle_started_fenced(claim, step_id, values):
+                return
+            if claims.insert_step_fenced(claim, values):
+                return
     except IntegrityError as exc:
         raise ClaimLost(f"step {step_id} of run {claim.run_id} is already recorded") from exc
+    raise _refused(claim)
 
 
 @_guarded
@@ -135,30 +135,39 @@ def finish_run(
     claim: Claim, status: str, *, result: Any = None, error: dict[str, Any] | None = None
 ) -> bool:
     """Give the run its outcome; False if this claim no longer holds it."""
-    now = timezone.now()
-    final = status != Status.BLOCKED
-    touched = Workflow.objects.filter(
-        id=claim.run_id, claim_token=claim.token, status=Status.RUNNING
-    ).update(
-        status=status,
-        result=result,
-        error=error,
-        claim_token=None,
-        updated_at=now,
-        completed_at=now if final else None,
-    )
-    return touched == 1
+    return Workflow.objects.held_by(claim).finish(status, result=result, error=error) == 1
 
 
 @_guarded
 def requeue_run(claim: Claim) -> bool:
     """Put the run back to ``scheduled`` with its claim released; False if not ours."""
-    touched = Workflow.objects.filter(
-        id=claim.run_id, claim_token=claim.token, status=Status.RUNNING
-    ).update(status=Status.SCHEDULED, claimed_by=None, claim_token=None, updated_at=timezone.now())
+    touched = Workflow.objects.held_by(claim).requeue()
     if touched:
         notify_due()
     return touched == 1
+
+
+SETTLE_MODES = ("result", "error", "discard")
+
+
+def settle_step(run_id: str, step_id: str, *, mode: str, text: str = "") -> Workflow:
+    """Settle the uncertain step of a blocked run from an operator's input (the
+    ``everystep_resolve_step`` command and the UI): ``text`` is the step's result as
+    JSON for ``result``, the failure message for ``error``, ignored for ``discard``.
+    Bad input is an ``EverystepError`` saying what was expected; nothing is written."""
+    if mode not in SETTLE_MODES:
+        raise EverystepError(f"the mode must be one of {', '.join(SETTLE_MODES)}, got {mode!r}")
+    value: Any = None
+    if mode == "result":
+        try:
+            value = encode(json.loads(text))
+        except json.JSONDecodeError as exc:
+            raise EverystepError(f"the result is not valid JSON: {exc}") from None
+    elif mode == "error":
+        value = text.strip()
+        if not value:
+            raise EverystepError("an error needs a non-empty message")
+    return resolve_step(run_id, step_id, mode=mode, value=value)
 
 
 def resolve_step(run_id: str, step_id: str, *, mode: str, value: Any = None) -> Workflow:
@@ -170,14 +179,7 @@ def resolve_step(run_id: str, step_id: str, *, mode: str, value: Any = None) -> 
     """
     with transaction.atomic():
         # Write first: on SQLite this takes the write lock before anything is read.
-        requeued = Workflow.objects.filter(id=run_id, status=Status.BLOCKED).update(
-            status=Status.SCHEDULED,
-            claimed_by=None,
-            claim_token=None,
-            error=None,
-            completed_at=None,
-            updated_at=timezone.now(),
-        )
+        requeued = Workflow.objects.filter(id=run_id, status=Status.BLOCKED).requeue()
         if not requeued:
             run = get_run(run_id)
             if run is None:
@@ -211,12 +213,9 @@ def cancel_run(run_id: str, *, by: str) -> Workflow:
     write (the step in flight's record, or the outcome) is refused by the fence, so that
     step's effect may have happened but nothing more runs.
     """
-    now = timezone.now()
     error = encode_error(EverystepError(f"cancelled by {by}"))
-    cancelled = Workflow.objects.filter(
-        id=run_id, status__in=[Status.SCHEDULED, Status.RUNNING, Status.BLOCKED]
-    ).update(
-        status=Status.CANCELLED, claim_token=None, error=error, completed_at=now, updated_at=now
+    cancelled = (
+        Workflow.objects.filter(id=run_id).unfinished().finish(Status.CANCELLED, error=error)
     )
     return _changed_run(run_id, cancelled, "only unfinished runs can be cancelled")
 
@@ -224,9 +223,7 @@ def cancel_run(run_id: str, *, by: str) -> Workflow:
 def requeue_one(run_id: str) -> Workflow:
     """Put one ``running`` run back to ``scheduled`` (its holder is gone or stuck); the
     holder's late writes are refused by the fence."""
-    requeued = Workflow.objects.filter(id=run_id, status=Status.RUNNING).update(
-        status=Status.SCHEDULED, claimed_by=None, claim_token=None, updated_at=timezone.now()
-    )
+    requeued = Workflow.objects.filter(id=run_id, status=Status.RUNNING).requeue()
     run = _changed_run(run_id, requeued, "only running runs can be requeued")
     notify_due()
     return run

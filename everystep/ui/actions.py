@@ -7,7 +7,6 @@ the read-only pages are public — is a CSRF-protected POST, and is logged with 
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 from uuid import UUID
@@ -19,7 +18,7 @@ from django.utils.http import urlencode
 from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_POST
 
-from everystep import serde, store
+from everystep import store
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
 
@@ -30,7 +29,6 @@ PERMISSIONS = {
     "requeue": "everystep.requeue_workflow",
     "resolve": "everystep.resolve_workflow",
 }
-RESOLVE_MODES = ("result", "error", "discard")
 
 
 def allowed_actions(request: HttpRequest, run: Workflow) -> dict[str, bool]:
@@ -61,7 +59,7 @@ def run_action(request: HttpRequest, run_id: UUID) -> HttpResponse:
         raise PermissionDenied(f"{action} needs the {PERMISSIONS[action]} permission")
     try:
         detail = _perform(action, str(run_id), request.POST, by=f"{user.get_username()} (UI)")
-    except (EverystepError, ValueError) as exc:
+    except EverystepError as exc:
         return _back(run_id, error=str(exc))
     logger.info(
         "run %s: %s by %s%s",
@@ -82,19 +80,7 @@ def _perform(action: str, run_id: str, form: Any, *, by: str) -> str:
         store.requeue_one(run_id)
         return ""
     step_id, mode = form.get("step_id", ""), form.get("mode", "")
-    if mode not in RESOLVE_MODES:
-        raise ValueError(f"resolve mode must be one of {', '.join(RESOLVE_MODES)}")
-    value: Any = None
-    if mode == "result":
-        try:
-            value = serde.encode(json.loads(form.get("value", "")))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"the result is not valid JSON: {exc}") from None
-    elif mode == "error":
-        value = form.get("value", "").strip()
-        if not value:
-            raise ValueError("an error needs a message")
-    store.resolve_step(run_id, step_id, mode=mode, value=value)
+    store.settle_step(run_id, step_id, mode=mode, text=form.get("value", ""))
     return f" (step {step_id}: {mode})"
 
 

@@ -164,7 +164,7 @@ def runners(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     held = store.held_runs()
     # A heartbeat missed three times over is worth a look long before orphan recovery.
-    late_after = 3 * conf.seconds("EVERYSTEP_HEARTBEAT")
+    late_after = 3 * conf.worker_default("heartbeat")
     rows = []
     for runner in store.list_runners():
         age = now - runner.last_seen

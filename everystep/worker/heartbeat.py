@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from django.db import DatabaseError, connections
 
 from everystep import store
+from everystep.worker.state import WorkerState
 
 logger = logging.getLogger("everystep.worker")
 
@@ -20,23 +20,11 @@ class Heartbeat(threading.Thread):
     """Every ``interval`` seconds: write this runner's row, then requeue the runs of
     runners whose heartbeat is older than ``orphan_timeout`` (0 = never)."""
 
-    def __init__(
-        self,
-        name: str,
-        started_at: Any,
-        pool_size: int,
-        inflight: Callable[[], int],
-        draining: Callable[[], bool],
-        interval: float,
-        orphan_timeout: float,
-    ) -> None:
+    def __init__(self, worker: WorkerState, interval: float, orphan_timeout: float) -> None:
         super().__init__(name="everystep-heartbeat", daemon=True)
-        self.runner = name
+        self.worker = worker
+        self.runner = worker.name
         self.boot_id = uuid.uuid4()
-        self.started_at = started_at
-        self.pool_size = pool_size
-        self.inflight = inflight
-        self.draining = draining
         self.interval = interval
         self.orphan_timeout = orphan_timeout
         self.stop_event = threading.Event()
@@ -45,10 +33,10 @@ class Heartbeat(threading.Thread):
         store.beat(
             self.runner,
             self.boot_id,
-            pool_size=self.pool_size,
-            inflight=self.inflight(),
-            draining=self.draining(),
-            started_at=self.started_at,
+            pool_size=self.worker.pool_size,
+            inflight=self.worker.inflight,
+            draining=self.worker.draining,
+            started_at=self.worker.started_at,
         )
 
     def recover_orphans(self) -> None:
@@ -77,7 +65,7 @@ class Heartbeat(threading.Thread):
     def _tick(self) -> None:
         try:
             self.beat()
-            if self.orphan_timeout > 0 and not self.draining():
+            if self.orphan_timeout > 0 and not self.worker.draining:
                 self.recover_orphans()
         except DatabaseError as exc:
             logger.warning(

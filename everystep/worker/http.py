@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from everystep import health, metrics
 
 if TYPE_CHECKING:
-    from everystep.worker.loop import Worker
+    from everystep.worker.state import WorkerState
 
 logger = logging.getLogger("everystep.worker")
 
@@ -19,7 +19,7 @@ logger = logging.getLogger("everystep.worker")
 class ProbeServer:
     """A small threaded HTTP server bound to ``--metrics-bind:--metrics-port``."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: WorkerState) -> None:
         self.worker = worker
         self.readiness = health.Readiness()
         self.collector: Any = None

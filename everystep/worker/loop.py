@@ -14,31 +14,28 @@ import socket
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, close_old_connections, connection, connections
+from django.db import DatabaseError, connection, connections
 from django.utils import timezone
 
-from everystep import claim, conf, sentry, signals, store
+from everystep import conf, options, sentry, signals, store
 from everystep.engine.execute import PassResult, encode_outcome_error, run_pass
-from everystep.engine.state import Claim
 from everystep.errors import EverystepError, StoreUnavailable
 from everystep.models import Status
+from everystep.values import Claim
 from everystep.worker import shutdown
+from everystep.worker.connections import keep_connections
 from everystep.worker.heartbeat import Heartbeat
 from everystep.worker.http import ProbeServer
+from everystep.worker.state import WorkerState
 
 logger = logging.getLogger("everystep.worker")
 
 MAX_BACKOFF = 5.0
-
-
-def _number(name: str, value: Any, *, minimum: float, integer: bool = False) -> None:
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or value < minimum:
-        expected = "an integer" if integer else "a number"
-        raise ValueError(f"{name} must be {expected} >= {minimum:g}, got {value!r}")
 
 
 class Worker:
@@ -47,6 +44,10 @@ class Worker:
     Embedded use: start ``run()`` on a thread and call ``stop()`` (thread-safe). Signal
     handlers (SIGTERM/SIGINT drain, a second signal skips the rest of the drain wait)
     are installed only when ``run()`` is on the main thread.
+
+    Every option is declared, with its limits, in ``everystep.options``; an option left
+    ``None`` comes from its Django setting, if it has one, else its default. Invalid
+    values raise ``ValueError`` naming the option.
     """
 
     def __init__(
@@ -63,62 +64,49 @@ class Worker:
         orphan_timeout: float | None = None,
         liveness_timeout: float | None = None,
     ) -> None:
-        _number("pool_size", pool_size, minimum=1, integer=True)
-        _number("poll", poll, minimum=0.001)
-        _number("drain", drain, minimum=0)
-        _number("metrics_port", metrics_port, minimum=0, integer=True)
-        if metrics_port > 65535:
-            raise ValueError(f"metrics_port must be <= 65535, got {metrics_port}")
-        if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > 255):
-            raise ValueError(
-                f"name must be a non-empty string of at most 255 characters, got {name!r}"
-            )
-        self.pool_size = pool_size
-        self.poll = float(poll)
-        self.name = name or socket.gethostname()
-        self.drain = float(drain)
-        self.metrics_port = metrics_port
-        self.metrics_bind = metrics_bind
-        self.notify = conf.notify() if notify is None else notify
-        self.heartbeat_interval = (
-            conf.seconds("EVERYSTEP_HEARTBEAT") if heartbeat is None else heartbeat
+        given = {key: value for key, value in locals().items() if key in options.BY_NAME}
+        values = conf.worker_options(**given)
+        self.pool_size: int = values["pool_size"]
+        self.poll: float = values["poll"]
+        self.name: str = values["name"] or socket.gethostname()
+        self.drain: float = values["drain"]
+        self.metrics_port: int = values["metrics_port"]
+        self.metrics_bind: str = values["metrics_bind"]
+        self.notify: bool = values["notify"]
+        self.heartbeat_interval: float = values["heartbeat"]
+        self.orphan_timeout: float = values["orphan_timeout"]
+        # A tick waits at most max(poll, database backoff), so the default leaves a wide
+        # margin before liveness fails.
+        self.liveness_timeout: float = values["liveness_timeout"] or max(60.0, 10 * self.poll)
+        self.state = WorkerState(
+            name=self.name,
+            pool_size=self.pool_size,
+            drain=self.drain,
+            metrics_port=self.metrics_port,
+            metrics_bind=self.metrics_bind,
+            liveness_timeout=self.liveness_timeout,
         )
-        self.orphan_timeout = (
-            conf.seconds("EVERYSTEP_ORPHAN_TIMEOUT") if orphan_timeout is None else orphan_timeout
-        )
-        _number("heartbeat", self.heartbeat_interval, minimum=0.01)
-        _number("orphan_timeout", self.orphan_timeout, minimum=0)
-        # How long the loop may go without ticking before liveness fails: a tick waits at
-        # most max(poll, database backoff), so this leaves a wide margin.
-        self.liveness_timeout = (
-            max(60.0, 10 * self.poll) if liveness_timeout is None else liveness_timeout
-        )
-        _number("liveness_timeout", self.liveness_timeout, minimum=0.01)
-
-        self._stop = threading.Event()  # stop claiming and drain
-        self._force = threading.Event()  # stop waiting for the drain
-        self._wake = threading.Event()  # a run finished, a NOTIFY arrived, or stop()
-        self._inflight: dict[Future[PassResult], Claim] = {}
-        self._backlog: deque[tuple[float, Claim]] = deque()  # held, not yet submitted
+        self.ready = self.state.ready  # set once catchup is done and the loop runs
         self._backoff = 0.0
-        self.started_at = timezone.now()  # reset when run() starts
-        self.last_tick = time.monotonic()  # liveness: the loop is ticking
-        self.ready = threading.Event()  # set once catchup is done and the loop runs
 
     # -- public -----------------------------------------------------------------------
 
     def stop(self) -> None:
         """Ask the worker to drain and return. Safe from any thread or a signal handler."""
-        self._stop.set()
-        self._wake.set()
+        self.state.stop.set()
+        self.state.wake.set()
 
     @property
     def draining(self) -> bool:
-        return self._stop.is_set()
+        return self.state.draining
 
     @property
     def inflight(self) -> int:
-        return len(self._inflight)
+        return self.state.inflight
+
+    @property
+    def started_at(self) -> datetime:
+        return self.state.started_at
 
     def run(self) -> bool:
         """Claim and execute runs until stopped, then drain.
@@ -127,33 +115,26 @@ class Worker:
         steps still executing (their runs were requeued; their threads are abandoned,
         and a standalone process should exit now rather than wait for them).
         """
-        self.started_at = timezone.now()
+        state = self.state
+        state.started_at = timezone.now()
         probe = self._probe_server()
         restore = self._install_signals()
         executor = ThreadPoolExecutor(self.pool_size, thread_name_prefix="everystep-run")
-        beat = Heartbeat(
-            self.name,
-            self.started_at,
-            self.pool_size,
-            lambda: self.inflight,
-            lambda: self.draining,
-            self.heartbeat_interval,
-            self.orphan_timeout,
-        )
+        beat = Heartbeat(state, self.heartbeat_interval, self.orphan_timeout)
         listen_stop = threading.Event()
         try:
             self._start(beat)
             beat.start()
-            if self.notify and claim.can_listen():
-                claim.Listener(self._wake, listen_stop).start()
-            self.ready.set()
-            while not self._stop.is_set():
-                self._wake.clear()
+            if self.notify and store.can_listen():
+                store.Listener(state.wake, listen_stop).start()
+            state.ready.set()
+            while not state.stop.is_set():
+                state.wake.clear()
                 self._tick(executor)
-                self._wake.wait(self._backoff or self.poll)
+                state.wake.wait(self._backoff or self.poll)
         finally:
             listen_stop.set()
-            clean = shutdown.drain(self, executor, beat)
+            clean = shutdown.drain(state, executor, beat, self.reap)
             if probe is not None:
                 probe.stop()
             restore()
@@ -165,7 +146,7 @@ class Worker:
         if not self.metrics_port:
             return None
         try:
-            probe = ProbeServer(self)
+            probe = ProbeServer(self.state)
         except OSError as exc:
             raise EverystepError(
                 f"cannot serve metrics on {self.metrics_bind}:{self.metrics_port}: {exc}"
@@ -181,19 +162,19 @@ class Worker:
             self.poll,
             self.drain,
             connection.vendor,
-            "on" if self.notify and claim.can_listen() else "off",
+            "on" if self.notify and store.can_listen() else "off",
             extra={"event": "worker.starting", "runner": self.name},
         )
-        while not self._stop.is_set():
-            self.last_tick = time.monotonic()  # retrying the database is not being wedged
+        while not self.state.stop.is_set():
+            self.state.tick()  # retrying the database is not being wedged
             try:
                 self._warn_if_name_is_live(beat)
                 beat.beat()
-                parked = claim.reclaim_parked(self.name)
+                parked = store.reclaim_parked(self.name)
                 break
             except DatabaseError as exc:
                 self._database_down(exc)
-                self._stop.wait(self._backoff)
+                self.state.stop.wait(self._backoff)
         else:
             return
         self._database_up()
@@ -204,7 +185,7 @@ class Worker:
                 len(parked),
                 extra={"event": "worker.catchup", "runner": self.name},
             )
-            self._backlog.extend((0.0, held) for held in parked)
+            self.state.backlog.extend((0.0, held) for held in parked)
             signals.runs_claimed.send(sender=Worker, runner=self.name, count=len(parked))
 
     def _warn_if_name_is_live(self, beat: Heartbeat) -> None:
@@ -221,15 +202,15 @@ class Worker:
             )
 
     def _tick(self, executor: ThreadPoolExecutor) -> None:
-        self.last_tick = time.monotonic()
+        self.state.tick()
         self.reap()
-        capacity = self.pool_size - len(self._inflight)
+        capacity = self.pool_size - self.state.inflight
         if capacity <= 0:
             return
         batch = self._take_backlog(capacity)
         if len(batch) < capacity:
             try:
-                claimed = claim.claim_due(self.name, capacity - len(batch))
+                claimed = store.claim_due(self.name, capacity - len(batch))
             except DatabaseError as exc:
                 self._database_down(exc)
             else:
@@ -239,34 +220,33 @@ class Worker:
                 batch += claimed
         for held in batch:
             future = executor.submit(self._execute, held)
-            self._inflight[future] = held
-            future.add_done_callback(lambda _: self._wake.set())
+            self.state.running[future] = held
+            future.add_done_callback(lambda _: self.state.wake.set())
 
     def _take_backlog(self, capacity: int) -> list[Claim]:
         now = time.monotonic()
         batch: list[Claim] = []
         later: deque[tuple[float, Claim]] = deque()
-        while self._backlog and len(batch) < capacity:
-            not_before, held = self._backlog.popleft()
+        backlog = self.state.backlog
+        while backlog and len(batch) < capacity:
+            not_before, held = backlog.popleft()
             (batch.append(held) if not_before <= now else later.append((not_before, held)))
-        self._backlog.extendleft(reversed(later))
+        backlog.extendleft(reversed(later))
         return batch
 
     def _execute(self, held: Claim) -> PassResult:
         try:
-            return run_pass(held, should_drain=self._stop.is_set)
+            return run_pass(held, should_drain=self.state.stop.is_set)
         finally:
-            # A run is to a pool thread what a request is to a web worker: the same rules
-            # apply between two runs (CONN_MAX_AGE, CONN_HEALTH_CHECKS, and a connection
-            # that saw an error, say from a database restart, is dropped if unusable).
-            close_old_connections()
+            keep_connections()
 
     def reap(self) -> list[tuple[Claim, PassResult | None]]:
         """Collect finished runs; fail those that crashed outside the engine."""
-        finished = [(future, held) for future, held in self._inflight.items() if future.done()]
+        running = self.state.running
+        finished = [(future, held) for future, held in running.items() if future.done()]
         reaped: list[tuple[Claim, PassResult | None]] = []
         for future, held in finished:
-            del self._inflight[future]
+            del running[future]
             exc = future.exception()
             if exc is not None:
                 self._fail_crashed(held, exc)
@@ -280,7 +260,10 @@ class Worker:
 
     def _retry_later(self, held: Claim, result: PassResult) -> None:
         self._database_down(result.exc)
-        self._backlog.append((time.monotonic() + max(self._backoff, self.poll), held))
+        # Steps may have been recorded before the database went away: the next pass
+        # loads them rather than trusting the claim's "fresh".
+        held = replace(held, fresh=False)
+        self.state.backlog.append((time.monotonic() + max(self._backoff, self.poll), held))
 
     def _fail_crashed(self, held: Claim, exc: BaseException) -> None:
         try:
@@ -333,13 +316,13 @@ class Worker:
         previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
 
         def handle(signum: int, frame: Any) -> None:
-            if self._stop.is_set():
+            if self.state.stop.is_set():
                 logger.warning(
                     "second %s: requeueing in-flight runs now",
                     signal.Signals(signum).name,
                     extra={"event": "worker.forced", "runner": self.name},
                 )
-                self._force.set()
+                self.state.force.set()
             else:
                 logger.info(
                     "%s received: draining",

@@ -8,25 +8,26 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, connections
 
 from everystep import signals, store
 from everystep.errors import StoreUnavailable
-
-if TYPE_CHECKING:
-    from everystep.engine.state import Claim
-    from everystep.worker.heartbeat import Heartbeat
-    from everystep.worker.loop import Worker
+from everystep.values import Claim
+from everystep.worker.heartbeat import Heartbeat
+from everystep.worker.state import WorkerState
 
 logger = logging.getLogger("everystep.worker")
 
 
-def drain(worker: Worker, executor: ThreadPoolExecutor, beat: Heartbeat) -> bool:
-    """Drain ``worker``; True if every in-flight run ended on its own before the deadline."""
-    worker.stop()
+def drain(
+    worker: WorkerState, executor: ThreadPoolExecutor, beat: Heartbeat, reap: Callable[[], object]
+) -> bool:
+    """Drain the worker; True if every in-flight run ended on its own before the deadline.
+    ``reap`` collects the runs that ended (the worker's own bookkeeping)."""
+    worker.stop.set()
     extra = {"event": "worker.draining", "runner": worker.name}
     logger.info(
         "worker %s draining %d run(s), drain %gs",
@@ -37,14 +38,14 @@ def drain(worker: Worker, executor: ThreadPoolExecutor, beat: Heartbeat) -> bool
     )
     _requeue_backlog(worker)
     deadline = time.monotonic() + worker.drain if worker.drain > 0 else None
-    while worker._inflight and not worker._force.is_set():
+    while worker.running and not worker.force.is_set():
         left = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
         if left <= 0:
             break
-        wait(list(worker._inflight), timeout=left, return_when=FIRST_COMPLETED)
-        worker.reap()
+        wait(list(worker.running), timeout=left, return_when=FIRST_COMPLETED)
+        reap()
         _requeue_backlog(worker)  # a pass that could not reach the database lands there
-    leftovers = list(worker._inflight.values())
+    leftovers = list(worker.running.values())
     for held in leftovers:
         _requeue(worker, held)
     if leftovers:
@@ -63,21 +64,20 @@ def drain(worker: Worker, executor: ThreadPoolExecutor, beat: Heartbeat) -> bool
     return not leftovers
 
 
-def _requeue_backlog(worker: Worker) -> None:
+def _requeue_backlog(worker: WorkerState) -> None:
     # Held but never started (catchup, database retries): nothing to wait for.
-    while worker._backlog:
-        _requeue(worker, worker._backlog.popleft()[1])
+    while worker.backlog:
+        _requeue(worker, worker.backlog.popleft()[1])
 
 
-def _requeue(worker: Worker, held: Claim) -> None:
+def _requeue(worker: WorkerState, held: Claim) -> None:
     try:
-        row = store.get_run(held.run_id)
         if store.requeue_run(held):
             signals.run_requeued.send(
-                sender=type(worker),
+                sender=WorkerState,
                 run_id=held.run_id,
                 runner=worker.name,
-                workflow=row.name if row is not None else "?",
+                workflow=held.workflow or "?",
                 reason="worker shutdown",
             )
     except (StoreUnavailable, DatabaseError) as exc:

@@ -13,11 +13,11 @@ import pytest
 import sentry_sdk
 from sentry_sdk.transport import Transport
 
-from everystep import claim, schedule
-from everystep.claim import claim_due
+from everystep import schedule, store
 from everystep.engine import execute
 from everystep.engine.execute import run_pass
 from everystep.logs import JsonFormatter
+from everystep.store import claim_due
 from everystep.testing import crash_after, run_due
 from everystep.worker import Worker
 from tests.acceptance.conftest import free_port, http_get
@@ -79,14 +79,14 @@ def test_sentry_captures_failures_only(sentry_events, monkeypatch):
     assert (drained.status, blocked.status) == ("scheduled", "blocked")
 
     crashing = schedule(wf.named)
-    real = execute.store.load_steps
+    real = execute.registry.lookup
     monkeypatch.setattr(
-        execute.store,
-        "load_steps",
-        lambda run_id: (
+        execute.registry,
+        "lookup",
+        lambda name: (
             (_ for _ in ()).throw(RuntimeError("engine bug"))
-            if run_id == crashing.id
-            else real(run_id)
+            if name == crashing.name
+            else real(name)
         ),
     )
     run_embedded(
@@ -143,14 +143,14 @@ def test_json_logs_are_one_object_per_line_with_run_fields():
 def test_liveness_fails_when_the_claim_loop_is_wedged(monkeypatch):
     """/healthz is 200 while the loop ticks, 503 once it is wedged, 200 again after."""
     wedged, release = threading.Event(), threading.Event()
-    real = claim.claim_due
+    real = store.claim_due
 
     def maybe_stuck(runner: str, limit: int):
         if wedged.is_set():
             release.wait(60)
         return real(runner, limit)
 
-    monkeypatch.setattr(claim, "claim_due", maybe_stuck)
+    monkeypatch.setattr(store, "claim_due", maybe_stuck)
     port = free_port()
     worker = Worker(
         poll=0.02,

@@ -12,10 +12,10 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from everystep import schedule
-from everystep.claim import claim_due
 from everystep.engine import execute
 from everystep.engine.execute import run_pass
 from everystep.models import Runner, Step, Workflow
+from everystep.store import claim_due
 from everystep.worker import Worker
 from tests.testapp import workflows as wf
 
@@ -89,15 +89,15 @@ def test_startup_catchup_resumes_every_parked_run():
 
 def test_engine_crash_fails_the_run_and_the_worker_goes_on(monkeypatch):
     """A crash outside the engine's own handling marks the run failed; others still run."""
-    doomed = schedule(wf.sequential, 1, 1)
-    real = execute.store.load_steps
+    doomed = schedule(wf.named)
+    real = execute.registry.lookup
 
-    def broken(run_id):
-        if run_id == doomed.id:
-            raise RuntimeError("engine bug while loading steps")
-        return real(run_id)
+    def broken(name):
+        if name == doomed.name:
+            raise RuntimeError("engine bug while looking the workflow up")
+        return real(name)
 
-    monkeypatch.setattr(execute.store, "load_steps", broken)
+    monkeypatch.setattr(execute.registry, "lookup", broken)
     healthy = schedule(wf.sequential, 2, 2)
     with Embedded(pool_size=2, name="crashy"):
         wait_for(all_final)
@@ -134,9 +134,9 @@ def test_run_deleted_before_its_pass_is_abandoned():
     "flags, message",
     [
         (["--pool", "0"], "pool_size must be an integer >= 1"),
-        (["--poll", "0"], "poll must be a number >= 0.001"),
+        (["--poll", "0"], "poll must be a number > 0"),
         (["--drain", "-1"], "drain must be a number >= 0"),
-        (["--metrics-port", "70000"], "metrics_port must be <= 65535"),
+        (["--metrics-port", "70000"], "metrics_port must be an integer from 0 to 65535"),
         (["--name", " "], "name must be a non-empty string"),
         (["--orphan-timeout", "-5"], "orphan_timeout must be a number >= 0"),
     ],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from everystep.engine.replay import Decision, decide
-from everystep.engine.state import RecordedStep
+from everystep.values import RecordedStep
 
 NAME = "shop.steps.charge_card"
 OTHER = "shop.steps.refund_card"

@@ -28,7 +28,7 @@ class Command(BaseCommand):
             runner is not None
             and not options["force"]
             and runner.may_be_alive(
-                conf.seconds("EVERYSTEP_ORPHAN_TIMEOUT"), conf.seconds("EVERYSTEP_HEARTBEAT")
+                conf.worker_default("orphan_timeout"), conf.worker_default("heartbeat")
             )
         ):
             raise CommandError(

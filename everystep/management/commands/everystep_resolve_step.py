@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from everystep import serde, store
+from everystep import store
 from everystep.errors import EverystepError
 from everystep.management.options import checked_run_id
 
@@ -29,20 +28,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         run_id = checked_run_id(options["run_id"])
-        if options["discard"]:
-            mode, value = "discard", None
-        elif options["error"] is not None:
-            if not options["error"].strip():
-                raise CommandError("--error needs a non-empty message")
-            mode, value = "error", options["error"]
-        else:
-            try:
-                value = serde.encode(json.loads(options["result"]))
-            except json.JSONDecodeError as exc:
-                raise CommandError(f"--result is not valid JSON: {exc}") from None
-            mode = "result"
+        mode = next(mode for mode in ("result", "error", "discard") if options[mode])
+        text = options[mode] if mode != "discard" else ""
         try:
-            run = store.resolve_step(run_id, options["step_id"], mode=mode, value=value)
+            run = store.settle_step(run_id, options["step_id"], mode=mode, text=text)
         except EverystepError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(

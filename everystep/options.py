@@ -1,0 +1,257 @@
+"""The worker's options, each declared once.
+
+Every edge derives from ``OPTIONS`` or is tested against it: ``Worker`` resolves and
+validates its arguments with ``resolve``; ``manage.py everystep_worker`` builds its flags
+from it; the system checks validate the Django settings with it; the runner image takes
+each setting's type, limits and help from it; a test holds the README's table to
+``readme_table()``.
+
+Where a value comes from, highest precedence first:
+
+1. an explicit ``Worker(...)`` argument — which is what a ``manage.py everystep_worker``
+   flag becomes, and what the runner image passes for a setting it was *given* (its own
+   flag > environment variable > TOML file; a runner setting left unset passes nothing);
+2. the project's Django setting, for the options that have one (``EVERYSTEP_HEARTBEAT``…);
+3. the default below.
+
+This module imports nothing of Django or of everystep, so the runner can read it before
+Django is configured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+NOT_SET = object()
+
+
+class OptionError(ValueError):
+    """Worker options with values outside their limits; one line per problem, each naming
+    the option (or the Django setting it was read from)."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One worker option: its ``Worker`` keyword, the stem of its flag and runner key, its
+    type, default, limits and help, and the Django setting that may supply it."""
+
+    name: str  # the Worker keyword: pool_size
+    key: str  # flag, runner TOML key and environment variable stem: --pool, pool, EVERYSTEP_POOL
+    kind: type  # int, float, str or bool
+    default: Any
+    help: str
+    minimum: float | None = None
+    above: bool = False  # the minimum itself is refused
+    maximum: float | None = None
+    setting: str | None = None  # the Django setting read when no value is given
+    default_text: str | None = None  # how a default computed at run time is shown
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.key.replace("_", "-")
+
+    @property
+    def shown_default(self) -> str:
+        if self.default_text is not None:
+            return self.default_text
+        if isinstance(self.default, bool):
+            return "on" if self.default else "off"
+        return f"{self.default:g}" if isinstance(self.default, float) else str(self.default)
+
+    def expected(self) -> str:
+        """What the option accepts, in the words of error messages and help texts."""
+        if self.kind is bool:
+            return "True or False"
+        if self.kind is str:
+            return f"a non-empty string of at most {self.maximum:g} characters"
+        noun = "an integer" if self.kind is int else "a number"
+        if self.minimum is not None and self.maximum is not None:
+            return f"{noun} from {self.minimum:g} to {self.maximum:g}"
+        if self.minimum is not None:
+            return f"{noun} {'>' if self.above else '>='} {self.minimum:g}"
+        return noun
+
+    def check(self, value: Any) -> Any:
+        """``value`` normalised (an int given for a float option becomes a float), or a
+        ``ValueError`` saying what is expected."""
+        if not self._well_typed(value) or not self._within_limits(value):
+            raise ValueError(f"must be {self.expected()}, got {value!r}")
+        return float(value) if self.kind is float else value
+
+    def _well_typed(self, value: Any) -> bool:
+        if self.kind is bool:
+            return isinstance(value, bool)
+        if self.kind is str:
+            return isinstance(value, str) and bool(value.strip())
+        if isinstance(value, bool):  # True is an int to Python, never a pool size to us
+            return False
+        if self.kind is int:
+            return isinstance(value, int)
+        return isinstance(value, int | float) and math.isfinite(value)
+
+    def _within_limits(self, value: Any) -> bool:
+        size = len(value) if self.kind is str else value
+        if self.kind is bool:
+            return True
+        if self.minimum is not None and (
+            size <= self.minimum if self.above else size < self.minimum
+        ):
+            return False
+        return self.maximum is None or size <= self.maximum
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "pool_size",
+        "pool",
+        int,
+        4,
+        "runs in flight at most; nothing is claimed while the pool is full",
+        minimum=1,
+    ),
+    Option(
+        "poll", "poll", float, 0.2, "seconds between claim polls when idle", minimum=0, above=True
+    ),
+    Option(
+        "name",
+        "name",
+        str,
+        None,
+        "runner name recorded on every claimed run (claimed_by): "
+        "unique among live workers, stable across restarts",
+        minimum=1,
+        maximum=255,
+        default_text="the hostname",
+    ),
+    Option(
+        "drain",
+        "drain",
+        float,
+        30.0,
+        "seconds to wait for in-flight steps at shutdown; 0 waits indefinitely",
+        minimum=0,
+    ),
+    Option(
+        "metrics_port",
+        "metrics_port",
+        int,
+        0,
+        "port for /metrics, /healthz (/livez) and /readyz; 0 = off",
+        minimum=0,
+        maximum=65535,
+    ),
+    Option(
+        "metrics_bind",
+        "metrics_bind",
+        str,
+        "0.0.0.0",
+        "address the metrics port binds",
+        minimum=1,
+        maximum=255,
+    ),
+    Option(
+        "notify",
+        "notify",
+        bool,
+        True,
+        "PostgreSQL: LISTEN for new runs instead of waiting "
+        "for the next poll (polling stays the correctness path)",
+        setting="EVERYSTEP_NOTIFY",
+    ),
+    Option(
+        "heartbeat",
+        "heartbeat",
+        float,
+        5.0,
+        "seconds between heartbeats of this runner",
+        minimum=0,
+        above=True,
+        setting="EVERYSTEP_HEARTBEAT",
+    ),
+    Option(
+        "orphan_timeout",
+        "orphan_timeout",
+        float,
+        60.0,
+        "requeue the runs of runners whose "
+        "heartbeat is older than this; 0 = never (must exceed twice the heartbeat)",
+        minimum=0,
+        setting="EVERYSTEP_ORPHAN_TIMEOUT",
+    ),
+    Option(
+        "liveness_timeout",
+        "liveness_timeout",
+        float,
+        None,
+        "/healthz fails when the claim loop has not ticked for this many seconds",
+        minimum=0,
+        above=True,
+        default_text="max(60, 10 * poll)",
+    ),
+)
+BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
+
+
+def orphan_rule(values: Mapping[str, Any]) -> str | None:
+    """Orphan recovery must not take a live runner for dead: a timeout, when on, exceeds
+    two heartbeat intervals (one may be late without the runner being gone)."""
+    orphan, heartbeat = values["orphan_timeout"], values["heartbeat"]
+    if 0 < orphan <= 2 * heartbeat:
+        return f"must be more than twice heartbeat ({heartbeat:g}), or 0, got {orphan:g}"
+    return None
+
+
+# Rules over several options: (option the message is about, rule).
+CROSS_RULES: tuple[tuple[str, Callable[[Mapping[str, Any]], str | None]], ...] = (
+    ("orphan_timeout", orphan_rule),
+)
+
+
+def resolve(given: Mapping[str, Any], setting: Callable[[str], Any]) -> dict[str, Any]:
+    """Every option's effective value: ``given`` (a ``None`` counts as not given), else the
+    Django setting through ``setting(name)`` (``NOT_SET`` when absent), else the default.
+
+    Raises ``OptionError`` listing every problem, each labelled with where the value came
+    from (the option's name, or its Django setting).
+    """
+    unknown = sorted(set(given) - set(BY_NAME))
+    if unknown:
+        raise OptionError(f"unknown worker option(s): {', '.join(unknown)}")
+    values: dict[str, Any] = {}
+    labels: dict[str, str] = {}
+    problems: list[str] = []
+    for option in OPTIONS:
+        value, label = given.get(option.name), option.name
+        if value is None and option.setting is not None:
+            configured = setting(option.setting)
+            if configured is not NOT_SET:
+                value, label = configured, option.setting
+        labels[option.name] = label
+        if value is None:
+            values[option.name] = option.default
+            continue
+        try:
+            values[option.name] = option.check(value)
+        except ValueError as exc:
+            problems.append(f"{label} {exc}")
+    if not problems:
+        for name, rule in CROSS_RULES:
+            broken = rule(values)
+            if broken:
+                problems.append(f"{labels[name]} {broken}")
+    if problems:
+        raise OptionError("; ".join(problems))
+    return values
+
+
+def readme_table() -> str:
+    """The README's table of worker flags, rendered from ``OPTIONS``."""
+    lines = ["| flag | default | Django setting | meaning |", "|---|---|---|---|"]
+    for option in OPTIONS:
+        flag = f"`{option.flag}` / `--no-notify`" if option.kind is bool else f"`{option.flag}`"
+        setting = f"`{option.setting}`" if option.setting else "—"
+        lines.append(f"| {flag} | {option.shown_default} | {setting} | {option.help} |")
+    return "\n".join(lines)

@@ -1,0 +1,52 @@
+"""What the probes, the metrics, the heartbeat and the drain read of a running worker.
+
+``Worker`` owns one ``WorkerState`` and hands it to its collaborators, so none of them
+imports the worker class or reaches into its private fields.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from everystep.values import Claim
+
+
+@dataclass
+class WorkerState:
+    """The live state of one worker: its options, its runs, and the events that stop it."""
+
+    name: str
+    pool_size: int
+    drain: float
+    metrics_port: int
+    metrics_bind: str
+    liveness_timeout: float
+    started_at: datetime = field(default_factory=timezone.now)
+    last_tick: float = field(default_factory=time.monotonic)  # the claim loop is ticking
+    stop: threading.Event = field(default_factory=threading.Event)  # stop claiming, drain
+    force: threading.Event = field(default_factory=threading.Event)  # stop the drain wait
+    wake: threading.Event = field(default_factory=threading.Event)  # a run ended, a NOTIFY
+    ready: threading.Event = field(default_factory=threading.Event)  # catchup done
+    # Runs submitted to the pool, and runs held but not submitted yet (catchup beyond
+    # the pool, passes waiting for the database), each with the time it may start.
+    running: dict[Future[Any], Claim] = field(default_factory=dict)
+    backlog: deque[tuple[float, Claim]] = field(default_factory=deque)
+
+    @property
+    def draining(self) -> bool:
+        return self.stop.is_set()
+
+    @property
+    def inflight(self) -> int:
+        return len(self.running)
+
+    def tick(self) -> None:
+        self.last_tick = time.monotonic()

@@ -1,0 +1,93 @@
+"""Round trips on the hot path, counted per database: a regression in the number of
+statements a claim, a step or a finish costs fails here (timings live in bench/)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from everystep import schedule, store
+from everystep.engine.execute import run_pass
+from everystep.models import Step, Workflow
+from everystep.testing import crash_after
+from tests.testapp import workflows as wf
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# MariaDB has no UPDATE … RETURNING: its claim is a locking SELECT, then the UPDATE.
+CLAIM_STATEMENTS = 2 if connection.vendor == "mysql" else 1
+
+
+@contextmanager
+def counted() -> Iterator[list[str]]:
+    """Every statement this thread's connection sends inside the block."""
+    statements: list[str] = []
+
+    def count(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append(" ".join(sql.split()))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(count):
+        yield statements
+
+
+def inserts_into_step(statements: list[str]) -> list[str]:
+    return [sql for sql in statements if sql.startswith(f"INSERT INTO {Step._meta.db_table}")]
+
+
+def test_a_claim_is_one_round_trip_and_carries_what_the_pass_needs():
+    """Claiming costs one statement (two on MariaDB) and returns name, arguments and
+    whether anything is recorded."""
+    run = schedule(wf.sequential, 2, 3)
+    with counted() as statements:
+        (held,) = store.claim_due("counter", 8)
+    assert len(statements) == CLAIM_STATEMENTS, statements
+    assert (held.run_id, held.workflow, held.args, held.fresh) == (
+        run.id,
+        "tests.testapp.workflows.sequential",
+        [2, 3],
+        True,
+    )
+
+
+def test_a_fresh_run_costs_one_statement_per_step_and_one_to_finish():
+    """A fresh 4-step run: 4 fenced inserts and 1 finish; no read of the run or its steps."""
+    run = schedule(wf.sequential, 2, 3)
+    (held,) = store.claim_due("counter", 1)
+    with counted() as statements:
+        assert run_pass(held).status == "completed"
+    assert len(inserts_into_step(statements)) == 4
+    assert len(statements) == 5, statements
+    assert Step.objects.filter(workflow=run).count() == 4
+
+
+def test_a_resumed_run_reads_its_steps_once():
+    """After a crash, the resuming pass reads the recorded steps in one query, then pays
+    one statement per new step and one to finish."""
+    run = schedule(wf.sequential, 2, 3)
+    (held,) = store.claim_due("counter", 1)
+    with crash_after(wf.pair):
+        assert run_pass(held).status == "abandoned"
+    Workflow.objects.filter(id=run.id).requeue()
+    (again,) = store.claim_due("counter", 1)
+    assert not again.fresh
+    with counted() as statements:
+        assert run_pass(again).status == "completed"
+    # load steps (1) + pair and peek (2) + finish (1)
+    assert len(inserts_into_step(statements)) == 2
+    assert len(statements) == 4, statements
+
+
+def test_an_unsafe_step_costs_its_start_and_its_outcome():
+    """An unsafe_to_repeat step commits a start before its body and settles it after:
+    two statements, the others one each."""
+    schedule(wf.payment, 5)
+    (held,) = store.claim_due("counter", 1)
+    with counted() as statements:
+        assert run_pass(held).status == "completed"
+    # echo, charge (start + settle), echo, finish
+    assert len(statements) == 5, statements

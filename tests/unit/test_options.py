@@ -1,0 +1,131 @@
+"""The one declaration of the worker options, and every edge held to it."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+from django.core.management import load_command_class
+from django.test import override_settings
+
+from everystep import checks, conf, options
+from everystep.options import BY_NAME, OPTIONS, OptionError, resolve
+from everystep.worker import Worker
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def nothing_configured(name: str) -> object:
+    return options.NOT_SET
+
+
+def test_readme_table_is_the_declared_options():
+    """The README's worker flag table is exactly what OPTIONS renders (no drift)."""
+    assert options.readme_table() in README.read_text(encoding="utf-8"), (
+        "README.md's worker table differs from everystep.options; paste "
+        "options.readme_table() into it"
+    )
+
+
+def test_worker_signature_defaults_are_the_declared_defaults():
+    """Worker's keyword defaults are the declared ones, or None where a Django setting
+    (or a computed default) may supply the value."""
+    parameters = inspect.signature(Worker).parameters
+    assert set(parameters) == set(BY_NAME)
+    for option in OPTIONS:
+        default = parameters[option.name].default
+        if option.setting is not None or option.default is None:
+            assert default is None, option.name
+        else:
+            assert default == option.default, option.name
+
+
+def test_command_flags_are_generated_from_the_options():
+    """manage.py everystep_worker has one flag per option, with its default left unset."""
+    command = load_command_class("everystep", "everystep_worker")
+    parser = command.create_parser("manage.py", "everystep_worker")
+    for option in OPTIONS:
+        action = next(a for a in parser._actions if option.flag in a.option_strings)
+        assert action.dest == option.name and action.default is None
+
+
+def test_resolve_precedence_given_then_setting_then_default():
+    """A given value beats the Django setting, which beats the default."""
+    settings = {"EVERYSTEP_HEARTBEAT": 2.0}
+
+    def configured(name: str) -> object:
+        return settings.get(name, options.NOT_SET)
+
+    assert resolve({}, configured)["heartbeat"] == 2.0
+    assert resolve({"heartbeat": 3}, configured)["heartbeat"] == 3.0
+    assert resolve({}, nothing_configured)["heartbeat"] == 5.0
+    assert resolve({"heartbeat": None}, nothing_configured)["heartbeat"] == 5.0
+
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        ({"pool_size": 0}, "pool_size must be an integer >= 1, got 0"),
+        ({"pool_size": True}, "pool_size must be an integer >= 1, got True"),
+        ({"pool_size": 2.5}, "pool_size must be an integer >= 1"),
+        ({"poll": 0}, "poll must be a number > 0"),
+        ({"poll": float("nan")}, "poll must be a number > 0"),
+        ({"heartbeat": 0}, "heartbeat must be a number > 0"),
+        ({"metrics_port": 65536}, "metrics_port must be an integer from 0 to 65535"),
+        ({"name": " "}, "name must be a non-empty string of at most 255 characters"),
+        ({"name": "x" * 256}, "name must be a non-empty string of at most 255 characters"),
+        ({"notify": "yes"}, "notify must be True or False"),
+        ({"heartbeat": 5, "orphan_timeout": 10}, "orphan_timeout must be more than twice"),
+        ({"bogus": 1}, "unknown worker option(s): bogus"),
+    ],
+)
+def test_resolve_refuses_values_outside_the_limits(given, message):
+    """Each limit and cross-option rule is refused with a message naming the option."""
+    with pytest.raises(OptionError) as caught:
+        resolve(given, nothing_configured)
+    assert message in str(caught.value)
+
+
+def test_orphan_timeout_zero_turns_recovery_off_whatever_the_heartbeat():
+    """0 is always accepted for orphan_timeout: it means no orphan recovery."""
+    assert (
+        resolve({"heartbeat": 100, "orphan_timeout": 0}, nothing_configured)["orphan_timeout"]
+        == 0.0
+    )
+
+
+@override_settings(EVERYSTEP_HEARTBEAT=0)
+def test_system_check_and_worker_agree_on_a_zero_heartbeat():
+    """A value the system check refuses is one Worker refuses, with the setting named."""
+    errors = checks.check_settings()
+    assert [error.id for error in errors] == ["everystep.E003"]
+    assert "EVERYSTEP_HEARTBEAT must be a number > 0" in errors[0].msg
+    with pytest.raises(ValueError, match="EVERYSTEP_HEARTBEAT must be a number > 0"):
+        Worker()
+
+
+@override_settings(EVERYSTEP_HEARTBEAT=30, EVERYSTEP_ORPHAN_TIMEOUT=45)
+def test_system_check_applies_the_cross_option_rule():
+    """The orphan timeout vs heartbeat rule is one rule, seen by checks and Worker alike."""
+    errors = checks.check_settings()
+    assert len(errors) == 1 and "EVERYSTEP_ORPHAN_TIMEOUT must be more than twice" in errors[0].msg
+    with pytest.raises(ValueError, match="more than twice heartbeat"):
+        Worker()
+    assert Worker(orphan_timeout=0).orphan_timeout == 0.0
+
+
+@override_settings(EVERYSTEP_HEARTBEAT=1.5, EVERYSTEP_NOTIFY=False)
+def test_worker_reads_django_settings_for_options_not_given():
+    """An option not given comes from its Django setting; a given one wins."""
+    worker = Worker()
+    assert (worker.heartbeat_interval, worker.notify) == (1.5, False)
+    assert Worker(heartbeat=4, notify=True).heartbeat_interval == 4.0
+    assert conf.worker_default("heartbeat") == 1.5
+
+
+def test_liveness_timeout_default_follows_poll():
+    """Without a liveness timeout the worker allows max(60 s, 10 polls) between ticks."""
+    assert Worker(poll=10).liveness_timeout == 100.0
+    assert Worker().liveness_timeout == 60.0
+    assert Worker(liveness_timeout=5).liveness_timeout == 5.0
