@@ -32,16 +32,28 @@ from django.utils import timezone
 from everystep.models import Status, Step, Workflow, fence
 from everystep.values import Claim
 
-_RETURNING = f"""
-UPDATE {Workflow._meta.db_table}
-   SET status = %s, claimed_by = %s, claim_token = %s, updated_at = %s,
-       started_at = COALESCE(started_at, %s)
- WHERE status = %s AND id IN (
-       SELECT id FROM {Workflow._meta.db_table} WHERE status = %s ORDER BY id LIMIT %s {{lock}})
-RETURNING id, name, args, EXISTS (
-       SELECT 1 FROM {Step._meta.db_table} s WHERE s.workflow_id = {Workflow._meta.db_table}.id)
-"""
-_LOCKS = {"postgresql": "FOR UPDATE SKIP LOCKED", "sqlite": ""}
+_TABLE, _STEPS = Workflow._meta.db_table, Step._meta.db_table
+_SET = """status = %s, claimed_by = %s, claim_token = %s, updated_at = %s,
+       started_at = COALESCE(started_at, %s)"""
+_RETURNING = f"""RETURNING {_TABLE}.id, {_TABLE}.name, {_TABLE}.args,
+       EXISTS (SELECT 1 FROM {_STEPS} s WHERE s.workflow_id = {_TABLE}.id)"""
+# PostgreSQL: the locking subquery must run exactly once. Inside `id IN (…)` the planner
+# may run it again for each candidate row, and with SKIP LOCKED every run returns other
+# rows — the UPDATE would then take far more than LIMIT runs. A materialized CTE is
+# evaluated once.
+_CLAIM_SQL = {
+    "postgresql": f"""
+WITH due AS MATERIALIZED (
+       SELECT id FROM {_TABLE} WHERE status = %s ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED)
+UPDATE {_TABLE} SET {_SET}
+  FROM due WHERE {_TABLE}.id = due.id AND {_TABLE}.status = %s
+{_RETURNING}""",
+    # SQLite takes its write lock for the whole statement: the subquery runs once.
+    "sqlite": f"""
+UPDATE {_TABLE} SET {_SET}
+ WHERE status = %s AND id IN (SELECT id FROM {_TABLE} WHERE status = %s ORDER BY id LIMIT %s)
+{_RETURNING}""",
+}
 
 
 def claim_due(runner: str, limit: int) -> list[Claim]:
@@ -49,13 +61,16 @@ def claim_due(runner: str, limit: int) -> list[Claim]:
     if limit <= 0:
         return []
     token = uuid.uuid4()
-    if connection.vendor not in _LOCKS:
+    if connection.vendor not in _CLAIM_SQL:
         return _claim_locking(runner, token, limit)
     now = _db(Workflow, "updated_at", timezone.now())
-    params = [Status.RUNNING, runner, _db(Workflow, "claim_token", token), now, now]
-    params += [Status.SCHEDULED, Status.SCHEDULED, limit]
+    marks = [Status.RUNNING, runner, _db(Workflow, "claim_token", token), now, now]
+    if connection.vendor == "postgresql":
+        params = [Status.SCHEDULED, limit, *marks, Status.SCHEDULED]
+    else:
+        params = [*marks, Status.SCHEDULED, Status.SCHEDULED, limit]
     with connection.cursor() as cursor:
-        cursor.execute(_RETURNING.format(lock=_LOCKS[connection.vendor]), params)
+        cursor.execute(_CLAIM_SQL[connection.vendor], params)
         rows = cursor.fetchall()
     claims = [
         _claim(runner, token, run_id, name, args, recorded) for run_id, name, args, recorded in rows

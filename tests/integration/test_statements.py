@@ -91,3 +91,13 @@ def test_an_unsafe_step_costs_its_start_and_its_outcome():
         assert run_pass(held).status == "completed"
     # echo, charge (start + settle), echo, finish
     assert len(statements) == 5, statements
+
+
+def test_a_claim_takes_at_most_its_limit():
+    """A claim of n runs marks exactly n of the due runs running, oldest first (a locking
+    subquery run more than once would take more)."""
+    runs = [schedule(wf.sequential, i, i) for i in range(6)]
+    held = store.claim_due("counter", 2)
+    assert [claim.run_id for claim in held] == [run.id for run in runs[:2]]
+    assert Workflow.objects.filter(status="running").count() == 2
+    assert len(store.claim_due("counter", 10)) == 4
