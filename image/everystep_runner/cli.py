@@ -11,74 +11,116 @@ Runner flags come before the role; everything after it belongs to the role or co
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 from everystep_runner import project
 from everystep_runner.settings import (
+    BY_KEY,
+    CONFIG_ENV,
+    DEFAULT_CONFIG,
+    EXPECTED,
+    NAMES,
     ConfigError,
     RunnerSettings,
     describe,
+    fallback,
     load,
-    parse_flags,
+    worker_flags,
     worker_options,
 )
 
-# Runner flags that take no value; every other runner flag takes one.
-_SWITCHES = {"--notify", "--no-notify"}
 USAGE = __doc__ or ""
 
 
-def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Runner flags (everything before the first bare word), and the role or command."""
-    flags: list[str] = []
-    index = 0
-    while index < len(argv) and argv[index].startswith("-"):
-        token = argv[index]
-        flags.append(token)
-        index += 1
-        if token not in _SWITCHES and "=" not in token and index < len(argv):
-            flags.append(argv[index])
-            index += 1
-    return flags, list(argv[index:])
+class _Parser(argparse.ArgumentParser):
+    """Raises ``ConfigError`` instead of printing usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"flags: {message}")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The runner flags, then the role or management command with everything after it.
+
+    A flag not given is absent from the namespace, so it overrides nothing; values stay
+    strings (``--notify``/``--no-notify`` give True/False) for the settings model to check,
+    so a bad value gets the same message from any source. No abbreviations: a management
+    command's own ``--database`` must not be taken for ``--database-url``.
+    """
+    parser = _Parser(
+        prog="everystep-runner",
+        usage="%(prog)s [runner flags] [ROLE | MANAGEMENT COMMAND [ARGS…]]",
+        description=USAGE.split("\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        add_help=False,
+        allow_abbrev=False,
+    )
+    flags = parser.add_argument_group("runner flags (each also EVERYSTEP_<NAME> or a TOML key)")
+    absent = argparse.SUPPRESS
+    config_help = f"TOML file; env {CONFIG_ENV}; default {DEFAULT_CONFIG}"
+    flags.add_argument("--config", default=absent, help=config_help)
+    for name in NAMES:
+        option = BY_KEY.get(name)
+        if option is None:
+            default = RunnerSettings.model_fields[name].default
+            help_text = EXPECTED[name] + ("" if default is None else f"; default {default}")
+        else:
+            help_text = f"{option.help}; unset: {fallback(option)}"
+        boolean = option is not None and option.kind is bool
+        action: Any = argparse.BooleanOptionalAction if boolean else "store"
+        flag = "--" + name.replace("_", "-")
+        flags.add_argument(flag, dest=name, action=action, default=absent, help=help_text)
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="role or management command")
+    return parser
+
+
+def split_argv(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """The runner flags (setting name → value, for ``load``), and the role or management
+    command with its own arguments."""
+    namespace, unknown = parser().parse_known_args(list(argv))
+    if unknown:
+        raise ConfigError(
+            f"flags: unknown runner option {unknown[0]!r} (runner options "
+            "go before the role; see everystep-runner --help)"
+        )
+    flags = vars(namespace)
+    command: list[str] = flags.pop("command")
+    return flags, command[1:] if command[:1] == ["--"] else command
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] in (["-h"], ["--help"], ["help"]):
-        print(USAGE.strip())
+        print(parser().format_help())
         return 0
     try:
-        runner_flags, command = split_argv(argv)
-        flags, unknown = parse_flags(runner_flags)
-        if unknown:
-            raise ConfigError(
-                f"flags: unknown runner option {unknown[0]!r} (runner options "
-                "go before the role; see everystep-runner --help)"
-            )
+        flags, command = split_argv(argv)
         settings = load(flags)
     except ConfigError as exc:
         print(f"everystep-runner: invalid configuration:\n{exc}", file=sys.stderr)
         return 2
-    role, rest = (command[0], command[1:]) if command else ("worker", [])
+    role, args = (command[0], command[1:]) if command else ("worker", [])
+    if role in ROLES and args:
+        print(
+            f"everystep-runner: the {role} role takes no arguments (got {args[0]!r}); "
+            "put runner options before the role",
+            file=sys.stderr,
+        )
+        return 2
     try:
-        return ROLES.get(role, _management)(settings, rest if role in ROLES else command)
+        return ROLES[role](settings) if role in ROLES else _management(settings, command)
     except project.ProjectError as exc:
         print(f"everystep-runner: {exc}", file=sys.stderr)
         return 2
 
 
-def _worker(settings: RunnerSettings, args: list[str]) -> int:
-    if args:
-        print(
-            f"everystep-runner: the worker role takes no arguments (got {args[0]!r}); "
-            "put runner options before the role",
-            file=sys.stderr,
-        )
-        return 2
+def _worker(settings: RunnerSettings) -> int:
     _setup(settings)
     from everystep.errors import EverystepError
     from everystep.worker import Worker
@@ -97,20 +139,20 @@ def _worker(settings: RunnerSettings, args: list[str]) -> int:
     return 0
 
 
-def _ui(settings: RunnerSettings, args: list[str]) -> int:
+def _ui(settings: RunnerSettings) -> int:
     _setup(settings)
     from everystep_runner import ui
 
     return ui.serve(settings)
 
 
-def _demo(settings: RunnerSettings, args: list[str]) -> int:
+def _demo(settings: RunnerSettings) -> int:
     from everystep_runner import demo
 
-    return demo.run(settings, args)
+    return demo.run(settings)
 
 
-def _config(settings: RunnerSettings, args: list[str]) -> int:
+def _config(settings: RunnerSettings) -> int:
     for line in describe(settings):
         print(line)
     try:
@@ -125,12 +167,12 @@ def _config(settings: RunnerSettings, args: list[str]) -> int:
     return 0
 
 
-def _healthcheck(settings: RunnerSettings, args: list[str]) -> int:
+def _healthcheck(settings: RunnerSettings) -> int:
     """Healthy if the worker's liveness endpoint or the UI answers 200."""
     ui_port = settings.ui_bind.rsplit(":", 1)[-1]
     urls = [f"http://127.0.0.1:{ui_port}/healthz"]
-    if settings.metrics_port:
-        urls.insert(0, f"http://127.0.0.1:{settings.metrics_port}/healthz")
+    if metrics_port := worker_options(settings).get("metrics_port"):
+        urls.insert(0, f"http://127.0.0.1:{metrics_port}/healthz")
     for url in urls:
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
@@ -147,36 +189,11 @@ def _management(settings: RunnerSettings, command: list[str]) -> int:
     from django.core.management import execute_from_command_line
 
     if command[0] == "everystep_worker":
-        command = ["everystep_worker", *_worker_defaults(settings), *command[1:]]
+        # The worker options the runner was given, as flags; explicit arguments come after
+        # them and win, so a manifest's argument list still has the last word.
+        command = ["everystep_worker", *worker_flags(settings), *command[1:]]
     execute_from_command_line(["everystep-runner", *command])
     return 0
-
-
-def _worker_defaults(settings: RunnerSettings) -> list[str]:
-    """The runner's settings as everystep_worker flags; flags given after them win, so the
-    seed's explicit argument list still has the last word."""
-    options = worker_options(settings)
-    defaults = [
-        "--pool",
-        str(options["pool_size"]),
-        "--poll",
-        str(options["poll"]),
-        "--drain",
-        str(options["drain"]),
-        "--metrics-port",
-        str(options["metrics_port"]),
-        "--metrics-bind",
-        options["metrics_bind"],
-        "--heartbeat",
-        str(options["heartbeat"]),
-        "--orphan-timeout",
-        str(options["orphan_timeout"]),
-    ]
-    if options["name"]:
-        defaults += ["--name", options["name"]]
-    if not options["notify"]:
-        defaults.append("--no-notify")
-    return defaults
 
 
 def _setup(settings: RunnerSettings) -> None:
@@ -184,7 +201,7 @@ def _setup(settings: RunnerSettings) -> None:
     project.configure_logging(settings)
 
 
-ROLES: dict[str, Callable[[RunnerSettings, list[str]], int]] = {
+ROLES: dict[str, Callable[[RunnerSettings], int]] = {
     "worker": _worker,
     "ui": _ui,
     "demo": _demo,

@@ -2,66 +2,51 @@
 
 TOML key ``metrics_port`` ⇔ env ``EVERYSTEP_METRICS_PORT`` (or ``EVERYSTEP_METRICS_PORT_FILE``,
 read from a file) ⇔ flag ``--metrics-port``. Precedence: flag > environment > TOML > default.
-``load()`` builds the settings once, at start-up; every invalid value is reported in one
-``ConfigError`` naming the setting, where the value came from and what was expected.
+The worker options take their type, limits and help from ``everystep.options.OPTIONS`` and
+have no runner default: one not given is not passed to the worker, which then uses the
+project's Django setting, else its own default.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import tomllib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, ValidationInfo, create_model
+from pydantic import field_validator as validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
+from everystep.options import OPTIONS, Option
 from everystep_runner import dburl
 
 ENV_PREFIX = "EVERYSTEP_"
 CONFIG_ENV = "EVERYSTEP_CONFIG"
 DEFAULT_CONFIG = Path("/etc/everystep/runner.toml")
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+BY_KEY: dict[str, Option] = {option.key: option for option in OPTIONS}
 
 
 class ConfigError(Exception):
     """The runner configuration is invalid; the message has one line per problem, naming the
     setting, where its value came from and what was expected."""
 
-    def __init__(self, problems: str | Sequence[str]) -> None:
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        super().__init__("\n".join(self.problems))
 
+class _Settings(BaseSettings):
+    """The runner's own settings; ``RunnerSettings`` adds the worker options to them."""
 
-@dataclass(frozen=True)
-class ConfigFile:
-    """The TOML file considered: its path, how it was chosen, and whether it was read."""
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, frozen=True, extra="forbid", allow_inf_nan=False
+    )
 
-    path: Path
-    origin: str
-    explicit: bool
-    loaded: bool = False
-
-
-class RunnerSettings(BaseSettings):
-    """The effective runner configuration. Build it with ``load()``."""
-
-    # Constructing the model reads nothing by itself (see settings_customise_sources):
-    # load() gathers the sources so that it can tell where each value came from.
-    model_config = SettingsConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-    pool: int = Field(default=4, ge=1)
-    poll: float = Field(default=0.2, gt=0)
-    name: str | None = Field(default=None, min_length=1, max_length=255)  # None: the hostname
-    drain: float = Field(default=30.0, ge=0)  # 0: wait for in-flight steps indefinitely
-    metrics_port: int = Field(default=0, ge=0, le=65535)  # 0: no metrics endpoint
-    metrics_bind: str = Field(default="0.0.0.0", min_length=1)
-    notify: bool = True  # PostgreSQL LISTEN/NOTIFY
-    heartbeat: float = Field(default=5.0, gt=0)
-    orphan_timeout: float = Field(default=60.0, ge=0)  # 0: no orphan recovery
     project_dir: Path = Path("/app")
     settings_module: str | None = Field(default=None, pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
     database_url: SecretStr | None = None  # None: the project's own default database
@@ -71,49 +56,32 @@ class RunnerSettings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     log_format: Literal["text", "json"] = "text"
 
-    _sources: dict[str, str] = PrivateAttr(default_factory=dict)
-    _config: ConfigFile | None = PrivateAttr(default=None)
+    _origins: dict[str, str] = PrivateAttr(default_factory=dict)
+    _config: str | None = PrivateAttr(default=None)  # the TOML file considered, for describe()
 
+    @validator("*", mode="before")
     @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # pydantic-settings merges its sources without recording which one won, and the
-        # config check must say that; so load() merges the layers and passes the result in.
-        return (init_settings,)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _not_a_bool(cls, value: Any, info: ValidationInfo) -> Any:
+    def _tidy(cls, value: Any, info: ValidationInfo) -> Any:
+        name = info.field_name
         # pydantic takes True as 1; `pool = true` in a TOML file is a mistake, not a pool of 1.
-        number = cls.model_fields[str(info.field_name)].annotation in (int, float)
-        if number and isinstance(value, bool):
-            raise ValueError(EXPECTED[str(info.field_name)])
-        return value
+        if isinstance(value, bool) and name in NUMBERS:
+            raise ValueError("a boolean is not a number")
+        if not isinstance(value, str):
+            return value
+        # An empty variable (EVERYSTEP_NAME= in a compose file) means "not set", as None does.
+        if name in ("name", "settings_module", "database_url") and not value.strip():
+            return None
+        if name == "log_level":
+            return value.strip().upper()
+        return value.strip().lower() if name == "log_format" else value
 
-    @field_validator("name", "settings_module", "database_url", mode="before")
+    @validator(*BY_KEY, check_fields=False)
     @classmethod
-    def _empty_is_unset(cls, value: Any) -> Any:
-        # An empty variable (EVERYSTEP_NAME= in a compose file) means "not set", as the
-        # default None does, rather than an invalid empty name.
-        return None if isinstance(value, str) and not value.strip() else value
+    def _within_limits(cls, value: Any, info: ValidationInfo) -> Any:
+        # None is "not given": the worker will decide.
+        return None if value is None else BY_KEY[str(info.field_name)].check(value)
 
-    @field_validator("log_level", mode="before")
-    @classmethod
-    def _upper_case(cls, value: Any) -> Any:
-        return value.strip().upper() if isinstance(value, str) else value
-
-    @field_validator("log_format", mode="before")
-    @classmethod
-    def _lower_case(cls, value: Any) -> Any:
-        return value.strip().lower() if isinstance(value, str) else value
-
-    @field_validator("database_url")
+    @validator("database_url")
     @classmethod
     def _parseable_url(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None:
@@ -121,162 +89,142 @@ class RunnerSettings(BaseSettings):
         return value
 
 
+# mypy sees the runner's own fields; code reads the worker options through worker_options().
+if TYPE_CHECKING:
+    RunnerSettings = _Settings
+else:
+    RunnerSettings = create_model(
+        "RunnerSettings",
+        __base__=_Settings,
+        __doc__="The effective runner configuration. Build it with ``load()``.",
+        **{o.key: (o.kind | None, Field(default=None, description=o.help)) for o in OPTIONS},
+    )
+
+NAMES: tuple[str, ...] = (*BY_KEY, *_Settings.model_fields)
+NUMBERS = {key for key, option in BY_KEY.items() if option.kind in (int, float)}
+NUMBERS |= {"ui_workers", "ui_timeout"}
 # What each setting accepts, in the words of the error messages and the flags' help.
 EXPECTED: dict[str, str] = {
-    "pool": "an integer >= 1",
-    "poll": "a number of seconds > 0",
-    "name": "a runner name of 1 to 255 characters",
-    "drain": "a number of seconds >= 0 (0 waits indefinitely)",
-    "metrics_port": "an integer port from 0 to 65535 (0 turns metrics off)",
-    "metrics_bind": "an address to bind (like 0.0.0.0)",
+    **{key: option.expected() for key, option in BY_KEY.items()},
     "notify": "a boolean (true/false, yes/no, on/off, 1/0)",
-    "heartbeat": "a number of seconds > 0",
-    "orphan_timeout": "a number of seconds >= 0 (0 turns orphan recovery off)",
     "project_dir": "a directory path",
     "settings_module": "a dotted Python module path (like mysite.settings)",
     "database_url": "a database URL",
     "ui_bind": "an address to bind (like 0.0.0.0:8000)",
     "ui_workers": "an integer >= 1",
     "ui_timeout": "an integer number of seconds >= 1",
-    "log_level": f"one of {', '.join(LOG_LEVELS)}",
+    "log_level": "one of DEBUG, INFO, WARNING, ERROR, CRITICAL",
     "log_format": "one of text, json",
 }
-SECRETS = frozenset({"database_url"})
-NAMES = tuple(RunnerSettings.model_fields)
 
 
-@dataclass
-class _Layer:
-    """One source's values and, for each, the label the config check shows."""
+class _Recorded(PydanticBaseSettingsSource):
+    """A source that keeps the values it supplied, and labels their origin for the report."""
 
-    values: dict[str, Any] = field(default_factory=dict)
-    origins: dict[str, str] = field(default_factory=dict)
+    def __init__(self, source: PydanticBaseSettingsSource, label: Callable[[str], str]) -> None:
+        super().__init__(source.settings_cls)
+        self.source, self.label = source, label
+        self.values: dict[str, Any] = {}
 
-    def add(self, name: str, value: Any, origin: str) -> None:
-        self.values[name] = value
-        self.origins[name] = origin
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self.source.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        self.values = self.source()
+        return self.values
 
 
-def load(
-    argv_flags: Mapping[str, str | None] | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> RunnerSettings:
-    """Build the runner settings from flags (setting name → string, ``config`` for the TOML
-    path), the environment (``os.environ`` when not given) and the TOML file."""
+def load(argv_flags: Mapping[str, Any] | None = None) -> RunnerSettings:
+    """Build the runner settings, once, at start-up: from flags (setting name → value,
+    ``config`` for the TOML path), the environment and the TOML file. ``ConfigError`` lists
+    every invalid value with its setting, its source and what was expected."""
     flags = {key: value for key, value in (argv_flags or {}).items() if value is not None}
-    env = os.environ if environ is None else environ
-    problems: list[str] = []
-    config = _config_file(flags, env)
-    layers = [_flag_layer(flags, problems), _env_layer(env, problems)]
-    toml_layer, config = _toml_layer(config, problems)
+    config = flags.pop("config", None)
+    unknown = [key for key in flags if key not in NAMES]
+    problems = [f"{key}: not a runner setting (valid: {', '.join(NAMES)})" for key in unknown]
+    files = _secret_files(os.environ, problems)
+    toml, config_line = _toml(config, os.environ, problems)
     if problems:
-        raise ConfigError(problems)
-    values, origins = _merge([*layers, toml_layer])
-    settings = _validate(values, origins)
-    settings._sources = {name: origins.get(name, "default") for name in NAMES}
-    settings._config = config
+        raise ConfigError("\n".join(problems))
+    chain = (  # highest precedence first
+        _Recorded(InitSettingsSource(RunnerSettings, flags), lambda name: _flag(name, flags[name])),
+        _Recorded(EnvSettingsSource(RunnerSettings), lambda name: f"env {_env(name)}"),
+        _Recorded(InitSettingsSource(RunnerSettings, files), _file_origin),
+        _Recorded(toml, lambda name: f"toml {toml.toml_file_path}"),
+    )
+    try:  # _build_sources: BaseSettings' own way in for prepared sources; mypy sees fields only
+        settings = RunnerSettings(_build_sources=(chain, {}))  # type: ignore[call-arg]
+    except ValidationError as exc:
+        raise ConfigError("\n".join(_problems(exc, chain))) from None
+    # The chain lists the highest precedence first: reversed, it overwrites the others.
+    settings._origins = {name: src.label(name) for src in reversed(chain) for name in src.values}
+    settings._config = config_line
     return settings
 
 
-def _merge(layers: Sequence[_Layer]) -> tuple[dict[str, Any], dict[str, str]]:
-    values: dict[str, Any] = {}
-    origins: dict[str, str] = {}
-    for layer in layers:  # highest precedence first: the first layer to set a name wins
-        for name, value in layer.values.items():
-            if name not in values:
-                values[name] = value
-                origins[name] = layer.origins[name]
-    return values, origins
-
-
-def _flag_layer(flags: Mapping[str, str], problems: list[str]) -> _Layer:
-    layer = _Layer()
-    for name, value in flags.items():
-        if name == "config":
-            continue
-        if name in EXPECTED:
-            layer.add(name, value, f"flag {_flag(name)}")
-        else:
-            problems.append(f"{name}: not a runner setting (valid: {', '.join(NAMES)})")
-    return layer
-
-
-def _env_layer(environ: Mapping[str, str], problems: list[str]) -> _Layer:
-    # Only the settings' own variables are read: EVERYSTEP_TEST_DB, EVERYSTEP_DEMO_DATA
-    # and other tools' variables share the prefix and must not be rejected.
-    layer = _Layer()
+def _secret_files(environ: Mapping[str, str], problems: list[str]) -> dict[str, str]:
+    """``EVERYSTEP_<KEY>_FILE``: settings read from files, as Docker and Kubernetes mount
+    secrets. Part of the environment layer: setting both variables of a setting is an error."""
+    values: dict[str, str] = {}
     for name in NAMES:
         var = _env(name)
-        file_var = f"{var}_FILE"
-        if var in environ and file_var in environ:
-            problems.append(f"{name}: both {var} and {file_var} are set; set only one")
-        elif var in environ:
-            layer.add(name, environ[var], f"env {var}")
-        elif file_var in environ:
-            path = environ[file_var]
-            try:
-                # Secret files (Docker, Kubernetes) usually end with a newline.
-                value = Path(path).read_text(encoding="utf-8").rstrip("\r\n")
-            except (OSError, UnicodeDecodeError) as exc:
-                problems.append(f"{name}: cannot read {file_var} file {path!r}: {_reason(exc)}")
-            else:
-                layer.add(name, value, f"env {file_var} ({path})")
-    return layer
+        if (path := environ.get(f"{var}_FILE")) is None:
+            continue
+        if var in environ:
+            problems.append(f"{name}: both {var} and {var}_FILE are set; set only one")
+            continue
+        try:  # a secret file's trailing newline is not part of the secret
+            values[name] = Path(path).read_text(encoding="utf-8").rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"{name}: cannot read {var}_FILE file {path!r}: {_reason(exc)}")
+    return values
 
 
-def _config_file(flags: Mapping[str, str], environ: Mapping[str, str]) -> ConfigFile:
-    if "config" in flags:
-        return ConfigFile(Path(flags["config"]), "flag --config", explicit=True)
-    if CONFIG_ENV in environ:
-        return ConfigFile(Path(environ[CONFIG_ENV]), f"env {CONFIG_ENV}", explicit=True)
-    return ConfigFile(DEFAULT_CONFIG, "default", explicit=False)
+def _file_origin(name: str) -> str:
+    return f"env {_env(name)}_FILE ({os.environ[_env(name) + '_FILE']})"
 
 
-def _toml_layer(config: ConfigFile, problems: list[str]) -> tuple[_Layer, ConfigFile]:
-    layer = _Layer()
-    where = f"(from {config.origin})"
-    # Only the image's default location may be absent: a path someone gave must exist.
-    if not config.explicit and not config.path.exists():
-        return layer, config
+def _toml(
+    flag: str | None, environ: Mapping[str, str], problems: list[str]
+) -> tuple[TomlConfigSettingsSource, str]:
+    """The TOML source, and a line saying which file was considered, why, and if it was read."""
+    given = flag if flag is not None else environ.get(CONFIG_ENV) or None
+    origin = "flag --config" if flag is not None else f"env {CONFIG_ENV}" if given else "default"
+    path = DEFAULT_CONFIG if given is None else Path(given)
+    # Only the image's default location may be absent: a path someone gave must exist (the
+    # source skips, without a word, anything that is not a file).
+    if given is None and not path.exists():
+        return TomlConfigSettingsSource(RunnerSettings, None), f"{path}  (default; absent, skipped)"
     try:
-        with config.path.open("rb") as file:
-            data = tomllib.load(file)
+        path.open("rb").close()
+        toml = TomlConfigSettingsSource(RunnerSettings, path)
     except OSError as exc:
-        problems.append(f"config: cannot read {config.path}: {_reason(exc)} {where}")
-        return layer, config
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        problems.append(f"config: invalid TOML in {config.path}: {exc} {where}")
-        return layer, config
-    for key, value in data.items():
-        if key in EXPECTED:
-            layer.add(key, value, f"toml {config.path}")
-        else:
-            problems.append(
-                f"{key}: unknown key in toml {config.path} {where}; valid keys: {', '.join(NAMES)}"
-            )
-    return layer, ConfigFile(config.path, config.origin, config.explicit, loaded=True)
+        raise ConfigError(f"config: cannot read {path}: {_reason(exc)} (from {origin})") from None
+    except ValueError as exc:  # TOMLDecodeError, UnicodeDecodeError
+        raise ConfigError(f"config: invalid TOML in {path}: {exc} (from {origin})") from None
+    valid = f"valid keys: {', '.join(NAMES)}"
+    unknown = [key for key in toml.toml_data if key not in NAMES]
+    problems += [f"{key}: unknown key in toml {path} (from {origin}); {valid}" for key in unknown]
+    return toml, f"{path}  ({origin}; read)"
 
 
-def _validate(values: dict[str, Any], origins: Mapping[str, str]) -> RunnerSettings:
-    try:
-        return RunnerSettings(**values)
-    except ValidationError as exc:
-        problems: dict[str, str] = {}
-        for error in exc.errors():
-            name = str(error["loc"][0]) if error["loc"] else "settings"
-            if name in problems:  # one line per setting, even if several checks failed
-                continue
-            expected = EXPECTED.get(name, "a valid value")
-            if error["type"] == "value_error":  # our own validators say what they expected
-                expected = str(error["ctx"]["error"])
-            shown = _shown(name, values.get(name, error["input"]))
-            source = origins.get(name, "default")
-            problems[name] = f"{name}: expected {expected}, got {shown} (from {source})"
-        raise ConfigError(list(problems.values())) from None
+def _problems(exc: ValidationError, chain: Sequence[_Recorded]) -> list[str]:
+    problems: dict[str, str] = {}
+    for error in exc.errors():
+        name = str(error["loc"][0])
+        expected = EXPECTED[name]
+        if name == "database_url" and error["type"] == "value_error":
+            expected = str(error["ctx"]["error"])  # the URL parser says what it expected
+        # The value as its source gave it, before any validator tidied it.
+        source = next((source for source in chain if name in source.values), None)
+        shown = _shown(name, source.values[name] if source else error["input"])
+        origin = source.label(name) if source else "default"
+        problems.setdefault(name, f"{name}: expected {expected}, got {shown} (from {origin})")
+    return [problems[name] for name in NAMES if name in problems]  # one line per setting
 
 
 def _shown(name: str, value: Any, limit: int = 80) -> str:
-    if name in SECRETS and isinstance(value, str):
+    if name == "database_url" and isinstance(value, str):
         value = dburl.mask_password(value)
     text = repr(value)
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
@@ -290,39 +238,42 @@ def _env(name: str) -> str:
     return f"{ENV_PREFIX}{name.upper()}"
 
 
-def _flag(name: str) -> str:
-    return f"--{name.replace('_', '-')}"
+def _flag(name: str, value: Any) -> str:
+    return f"flag --{'no-' if value is False else ''}{name.replace('_', '-')}"
 
 
 def sources(settings: RunnerSettings) -> dict[str, str]:
-    """Where each setting's effective value came from: ``"flag --pool"``, ``"env
-    EVERYSTEP_POOL"``, ``"env EVERYSTEP_X_FILE (/run/secrets/x)"``, ``"toml <path>"`` or
-    ``"default"``."""
-    return {name: settings._sources.get(name, "default") for name in NAMES}
+    """Where each setting's value came from: ``"flag --pool"``, ``"env EVERYSTEP_POOL"``,
+    ``"env EVERYSTEP_X_FILE (/run/secrets/x)"``, ``"toml <path>"`` or ``"default"``."""
+    return {name: settings._origins.get(name, "default") for name in NAMES}
 
 
 def describe(settings: RunnerSettings) -> list[str]:
     """Lines for the config check: the TOML file considered, then ``name = value  (source)``
-    for every setting, with the database password masked."""
-    config = settings._config
-    lines = []
-    if config is not None:
-        state = "read" if config.loaded else "absent, skipped"
-        lines.append(f"config file: {config.path}  ({config.origin}; {state})")
-    origin = sources(settings)
-    lines += [f"{name} = {_display(settings, name)}  ({origin[name]})" for name in NAMES]
+    for every setting, the database password masked; an unset worker option says what the
+    worker will use instead."""
+    lines = [f"config file: {settings._config}"] if settings._config else []
+    for name, origin in sources(settings).items():
+        value = getattr(settings, name)
+        if value is None and name in BY_KEY:
+            lines.append(f"{name} = (not set: {fallback(BY_KEY[name])})")
+        else:
+            lines.append(f"{name} = {_display(value)}  ({origin})")
     return lines
 
 
-def _display(settings: RunnerSettings, name: str) -> str:
-    value = getattr(settings, name)
+def _display(value: Any) -> str:
     if value is None:
         return "(not set)"
     if isinstance(value, SecretStr):
         return dburl.mask_password(value.get_secret_value())
-    if isinstance(value, bool):
-        return str(value).lower()
-    return str(value)
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def fallback(option: Option) -> str:
+    """What the worker uses for an option the runner was not given."""
+    default = option.default_text or f"default {option.shown_default}"
+    return f"Django setting {option.setting}, else {default}" if option.setting else default
 
 
 def database_settings(url: str | SecretStr) -> dict[str, Any]:
@@ -337,66 +288,19 @@ def database_settings(url: str | SecretStr) -> dict[str, Any]:
 
 
 def worker_options(settings: RunnerSettings) -> dict[str, Any]:
-    """Keyword arguments for ``everystep.worker.Worker``."""
-    return {
-        "pool_size": settings.pool,
-        "poll": settings.poll,
-        "name": settings.name,
-        "drain": settings.drain,
-        "metrics_port": settings.metrics_port,
-        "metrics_bind": settings.metrics_bind,
-        "notify": settings.notify,
-        "heartbeat": settings.heartbeat,
-        "orphan_timeout": settings.orphan_timeout,
-    }
+    """Keyword arguments for ``everystep.worker.Worker``: only the options the runner was
+    given, so that the project's Django settings, then the defaults, fill in the rest."""
+    given = {option.name: getattr(settings, option.key) for option in OPTIONS}
+    return {name: value for name, value in given.items() if value is not None}
 
 
-class _FlagParser(argparse.ArgumentParser):
-    """Raises ``ConfigError`` instead of printing usage and exiting."""
-
-    def error(self, message: str) -> NoReturn:
-        raise ConfigError(f"flags: {message}")
-
-
-def add_flags(parser: argparse.ArgumentParser) -> None:
-    """Add the runner flags to ``parser``. A flag not given leaves its attribute unset, so
-    it never overrides the environment or the TOML file; values stay strings for the model
-    to validate, so every bad value gets the same kind of message whatever its source."""
-    group = parser.add_argument_group("runner configuration")
-    hidden = argparse.SUPPRESS
-    group.add_argument(
-        "--config", default=hidden, help=f"TOML file; env {CONFIG_ENV}; default {DEFAULT_CONFIG}"
-    )
-    # Two flags for one boolean setting, each storing the string the model would get from env.
-    notify = (("--notify", "true", "on (default)"), ("--no-notify", "false", "off"))
-    for flag, const, state in notify:
-        help_text = f"PostgreSQL LISTEN/NOTIFY {state}; env EVERYSTEP_NOTIFY"
-        group.add_argument(
-            flag, dest="notify", action="store_const", const=const, default=hidden, help=help_text
-        )
-    for name in (name for name in NAMES if name != "notify"):
-        default = RunnerSettings.model_fields[name].default
-        help_text = f"{EXPECTED[name]}; env {_env(name)}"
-        if default is not None:
-            help_text += f"; default {default}"
-        group.add_argument(_flag(name), dest=name, default=hidden, help=help_text)
-
-
-def flag_values(namespace: argparse.Namespace) -> dict[str, str]:
-    """The runner flags present in ``namespace`` (parsed with ``add_flags``), for ``load``."""
-    return {
-        name: value
-        for name, value in vars(namespace).items()
-        if (name in EXPECTED or name == "config") and value is not None
-    }
-
-
-def parse_flags(args: Sequence[str]) -> tuple[dict[str, str], list[str]]:
-    """Split ``args`` into the runner flags (for ``load``) and everything else, in order.
-    A runner flag without its value is a ``ConfigError``."""
-    # No abbreviations: a management command's own option such as migrate's --database
-    # must pass through, not be taken as a prefix of --database-url.
-    parser = _FlagParser(add_help=False, allow_abbrev=False)
-    add_flags(parser)
-    namespace, rest = parser.parse_known_args(list(args))
-    return flag_values(namespace), rest
+def worker_flags(settings: RunnerSettings) -> list[str]:
+    """The given worker options as flags, which the runner and everystep_worker spell alike."""
+    flags: list[str] = []
+    for option in OPTIONS:
+        value = getattr(settings, option.key)
+        if isinstance(value, bool):
+            flags.append(option.flag if value else f"--no-{option.flag[2:]}")
+        elif value is not None:
+            flags += [option.flag, str(value)]
+    return flags

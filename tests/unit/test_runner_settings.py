@@ -1,28 +1,31 @@
-"""The runner's settings: sources, precedence, *_FILE secrets, errors, describe, database URLs."""
+"""The runner's settings and argument splitting: sources, precedence, *_FILE secrets, errors,
+the config report, database URLs, and the worker options passed on only when given."""
 
 from __future__ import annotations
 
-import argparse
 import inspect
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.management import load_command_class
 from pydantic import SecretStr
 
+from everystep.options import BY_NAME, OPTIONS, Option
 from everystep_runner import settings as runner_settings
+from everystep_runner.cli import main, split_argv
 from everystep_runner.dburl import mask_password
 from everystep_runner.settings import (
     NAMES,
     ConfigError,
     RunnerSettings,
-    add_flags,
     database_settings,
     describe,
-    flag_values,
     load,
-    parse_flags,
     sources,
+    worker_flags,
     worker_options,
 )
 
@@ -37,6 +40,7 @@ SAMPLES: list[tuple[str, str, str, Any]] = [
     ("notify", "false", "false", False),
     ("heartbeat", "2.5", "2.5", 2.5),
     ("orphan_timeout", "0", "0", 0.0),
+    ("liveness_timeout", "90", "90", 90.0),
     ("project_dir", "/srv/app", '"/srv/app"', Path("/srv/app")),
     ("settings_module", "mysite.settings", '"mysite.settings"', "mysite.settings"),
     ("database_url", "sqlite:///db.sqlite3", '"sqlite:///db.sqlite3"', "sqlite:///db.sqlite3"),
@@ -47,12 +51,25 @@ SAMPLES: list[tuple[str, str, str, Any]] = [
     ("log_format", "JSON", '"json"', "json"),
 ]
 SAMPLE_IDS = [sample[0] for sample in SAMPLES]
+EXAMPLE_TOML = Path(__file__).resolve().parents[2] / "config" / "runner.example.toml"
+ROLES_WITHOUT_ARGUMENTS = ["worker", "ui", "demo", "config", "healthcheck"]
 
 
 @pytest.fixture(autouse=True)
 def _no_default_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A runner.toml on the developer's machine must not leak into these tests."""
     monkeypatch.setattr(runner_settings, "DEFAULT_CONFIG", tmp_path / "absent" / "runner.toml")
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """Set environment variables for one test (the conftest strips every EVERYSTEP_*)."""
+
+    def set_env(**variables: str) -> None:
+        for name, value in variables.items():
+            monkeypatch.setenv(name, value)
+
+    return set_env
 
 
 def write_toml(tmp_path: Path, text: str) -> Path:
@@ -66,9 +83,9 @@ def effective(settings: RunnerSettings, name: str) -> Any:
     return value.get_secret_value() if isinstance(value, SecretStr) else value
 
 
-def config_error(**kwargs: Any) -> str:
+def config_error(flags: dict[str, Any] | None = None) -> str:
     with pytest.raises(ConfigError) as info:
-        load(**kwargs)
+        load(flags)
     return str(info.value)
 
 
@@ -80,19 +97,17 @@ def test_samples_cover_every_setting() -> None:
     assert sorted(SAMPLE_IDS) == sorted(NAMES)
 
 
+def test_every_worker_option_is_a_runner_setting() -> None:
+    """Each declared worker option is a runner setting under its key (pool for pool_size)."""
+    assert [name for name in NAMES if name in {o.key for o in OPTIONS}] == [o.key for o in OPTIONS]
+    assert "pool" in NAMES and "pool_size" not in NAMES
+
+
 def test_defaults() -> None:
-    """With no flag, no variable and no file, every setting has its documented default."""
-    settings = load({}, {})
+    """With no flag, variable or file: the runner's own defaults, and no worker option at all."""
+    settings = load()
     assert settings.model_dump() == {
-        "pool": 4,
-        "poll": 0.2,
-        "name": None,
-        "drain": 30.0,
-        "metrics_port": 0,
-        "metrics_bind": "0.0.0.0",
-        "notify": True,
-        "heartbeat": 5.0,
-        "orphan_timeout": 60.0,
+        **{option.key: None for option in OPTIONS},
         "project_dir": Path("/app"),
         "settings_module": None,
         "database_url": None,
@@ -111,86 +126,108 @@ def test_each_setting_from_toml(
 ) -> None:
     """Every setting can be set by its own key in the TOML file."""
     path = write_toml(tmp_path, f"{name} = {literal}\n")
-    settings = load({"config": str(path)}, {})
+    settings = load({"config": str(path)})
     assert effective(settings, name) == expected
     assert sources(settings)[name] == f"toml {path}"
 
 
 @pytest.mark.parametrize(("name", "raw", "literal", "expected"), SAMPLES, ids=SAMPLE_IDS)
-def test_each_setting_from_env(name: str, raw: str, literal: str, expected: Any) -> None:
+def test_each_setting_from_env(
+    env: Callable[..., None], name: str, raw: str, literal: str, expected: Any
+) -> None:
     """Every setting can be set by EVERYSTEP_<NAME>."""
     var = f"EVERYSTEP_{name.upper()}"
-    settings = load({}, {var: raw})
+    env(**{var: raw})
+    settings = load()
     assert effective(settings, name) == expected
     assert sources(settings)[name] == f"env {var}"
 
 
 @pytest.mark.parametrize(("name", "raw", "literal", "expected"), SAMPLES, ids=SAMPLE_IDS)
 def test_each_setting_from_env_file(
-    tmp_path: Path, name: str, raw: str, literal: str, expected: Any
+    tmp_path: Path, env: Callable[..., None], name: str, raw: str, literal: str, expected: Any
 ) -> None:
     """Every setting can be read from the file named by EVERYSTEP_<NAME>_FILE."""
     secret = tmp_path / name
     secret.write_text(raw + "\n", encoding="utf-8")
     var = f"EVERYSTEP_{name.upper()}_FILE"
-    settings = load({}, {var: str(secret)})
+    env(**{var: str(secret)})
+    settings = load()
     assert effective(settings, name) == expected
     assert sources(settings)[name] == f"env {var} ({secret})"
 
 
 @pytest.mark.parametrize(("name", "raw", "literal", "expected"), SAMPLES, ids=SAMPLE_IDS)
 def test_each_setting_from_flag(name: str, raw: str, literal: str, expected: Any) -> None:
-    """Every setting has a --flag, parsed as a string and validated by the model."""
-    flag = f"--{name.replace('_', '-')}"
-    args = ["--no-notify"] if name == "notify" else [flag, raw]
-    flags, rest = parse_flags(args)
-    assert rest == []
-    settings = load(flags, {})
+    """Every setting has a --flag (notify: --no-notify), validated like any other source."""
+    flag = "--no-notify" if name == "notify" else f"--{name.replace('_', '-')}"
+    flags, command = split_argv([flag] if name == "notify" else [flag, raw])
+    assert command == []
+    settings = load(flags)
     assert effective(settings, name) == expected
     assert sources(settings)[name] == f"flag {flag}"
+
+
+def test_example_toml_has_every_setting_with_its_default(tmp_path: Path) -> None:
+    """config/runner.example.toml names every setting; uncommented, each shows its default."""
+    text = EXAMPLE_TOML.read_text(encoding="utf-8")
+    settings = load({"config": str(write_toml(tmp_path, re.sub(r"(?m)^# (\w+ = )", r"\1", text)))})
+    assert {name for name, origin in sources(settings).items() if origin != "default"} == set(NAMES)
+    for option in OPTIONS:
+        if option.default is not None:
+            assert settings.model_dump()[option.key] == option.default, option.key
+    assert all(re.search(rf"(?m)^# {option.key} = ", text) for option in OPTIONS)  # unset
 
 
 # --- precedence ---------------------------------------------------------------------
 
 
-def test_flag_beats_env() -> None:
+def test_flag_beats_env(env: Callable[..., None]) -> None:
     """A flag overrides the environment variable of the same setting."""
-    settings = load({"pool": "8"}, {"EVERYSTEP_POOL": "3"})
-    assert settings.pool == 8
+    env(EVERYSTEP_POOL="3")
+    settings = load({"pool": "8"})
+    assert settings.model_dump()["pool"] == 8
     assert sources(settings)["pool"] == "flag --pool"
 
 
 def test_flag_beats_toml(tmp_path: Path) -> None:
     """A flag overrides the TOML key of the same setting."""
-    path = write_toml(tmp_path, "pool = 3\n")
-    settings = load({"pool": "8", "config": str(path)}, {})
-    assert settings.pool == 8
-    assert sources(settings)["pool"] == "flag --pool"
+    path = write_toml(tmp_path, "ui_workers = 3\n")
+    settings = load({"ui_workers": "8", "config": str(path)})
+    assert settings.ui_workers == 8
+    assert sources(settings)["ui_workers"] == "flag --ui-workers"
 
 
-def test_env_beats_toml(tmp_path: Path) -> None:
+def test_env_beats_toml(tmp_path: Path, env: Callable[..., None]) -> None:
     """An environment variable overrides the TOML key of the same setting."""
     path = write_toml(tmp_path, "drain = 5\n")
-    settings = load({}, {"EVERYSTEP_DRAIN": "12", "EVERYSTEP_CONFIG": str(path)})
-    assert settings.drain == 12.0
+    env(EVERYSTEP_DRAIN="12", EVERYSTEP_CONFIG=str(path))
+    settings = load()
+    assert worker_options(settings) == {"drain": 12.0}
     assert sources(settings)["drain"] == "env EVERYSTEP_DRAIN"
 
 
-def test_env_file_beats_toml(tmp_path: Path) -> None:
+def test_env_file_beats_toml(tmp_path: Path, env: Callable[..., None]) -> None:
     """A *_FILE variable is part of the environment layer, above the TOML file."""
     path = write_toml(tmp_path, 'name = "from-toml"\n')
     secret = tmp_path / "name"
     secret.write_text("from-file\n", encoding="utf-8")
-    env = {"EVERYSTEP_NAME_FILE": str(secret), "EVERYSTEP_CONFIG": str(path)}
-    assert load({}, env).name == "from-file"
+    env(EVERYSTEP_NAME_FILE=str(secret), EVERYSTEP_CONFIG=str(path))
+    assert worker_options(load()) == {"name": "from-file"}
 
 
 def test_toml_beats_default(tmp_path: Path) -> None:
     """A TOML key overrides the default, and settings it does not name keep theirs."""
     path = write_toml(tmp_path, "ui_workers = 6\n")
-    settings = load({"config": str(path)}, {})
+    settings = load({"config": str(path)})
     assert (settings.ui_workers, settings.ui_timeout) == (6, 30)
     assert sources(settings)["ui_timeout"] == "default"
+
+
+def test_flag_given_as_none_overrides_nothing(env: Callable[..., None]) -> None:
+    """A flag mapped to None (a parser default) is not given, so the environment still counts."""
+    env(EVERYSTEP_POLL="1")
+    assert worker_options(load({"pool": None})) == {"poll": 1.0}
 
 
 # --- which TOML file ----------------------------------------------------------------
@@ -198,8 +235,8 @@ def test_toml_beats_default(tmp_path: Path) -> None:
 
 def test_default_config_skipped_when_absent() -> None:
     """The image's default runner.toml is optional: without it the defaults apply."""
-    settings = load({}, {})
-    assert settings.pool == 4
+    settings = load()
+    assert settings.ui_workers == 2
     assert describe(settings)[0].endswith("(default; absent, skipped)")
 
 
@@ -207,168 +244,201 @@ def test_default_config_read_when_present(tmp_path: Path, monkeypatch: pytest.Mo
     """The default runner.toml is read when it exists."""
     path = write_toml(tmp_path, "pool = 7\n")
     monkeypatch.setattr(runner_settings, "DEFAULT_CONFIG", path)
-    settings = load({}, {})
-    assert settings.pool == 7
+    settings = load()
+    assert worker_options(settings) == {"pool_size": 7}
     assert describe(settings)[0] == f"config file: {path}  (default; read)"
 
 
-def test_config_flag_beats_config_env(tmp_path: Path) -> None:
+def test_config_flag_beats_config_env(tmp_path: Path, env: Callable[..., None]) -> None:
     """--config chooses the TOML file over EVERYSTEP_CONFIG."""
-    path = write_toml(tmp_path, "pool = 7\n")
-    settings = load({"config": str(path)}, {"EVERYSTEP_CONFIG": str(tmp_path / "missing.toml")})
-    assert settings.pool == 7
+    path = write_toml(tmp_path, "ui_workers = 7\n")
+    env(EVERYSTEP_CONFIG=str(tmp_path / "missing.toml"))
+    assert load({"config": str(path)}).ui_workers == 7
 
 
-def test_environ_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without an explicit mapping, load() reads os.environ when called."""
-    monkeypatch.setenv("EVERYSTEP_POOL", "9")
-    assert load().pool == 9
-
-
-def test_model_alone_reads_no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Constructing RunnerSettings directly never picks up EVERYSTEP_* variables."""
-    monkeypatch.setenv("EVERYSTEP_POOL", "9")
-    assert RunnerSettings().pool == 4
-
-
-def test_unknown_everystep_variables_ignored() -> None:
+def test_unknown_everystep_variables_ignored(env: Callable[..., None]) -> None:
     """Other tools' EVERYSTEP_* variables (tests, demo) are not runner settings and are ignored."""
-    env = {"EVERYSTEP_TEST_DB": "postgres", "EVERYSTEP_DEMO_DATA": "/tmp/x", "EVERYSTEP_X": "1"}
-    assert load({}, env) == load({}, {})
+    before = load()
+    env(EVERYSTEP_TEST_DB="postgres", EVERYSTEP_DEMO_DATA="/tmp/x", EVERYSTEP_X="1")
+    after = load()
+    assert (after.model_dump(), sources(after)) == (before.model_dump(), sources(before))
 
 
-def test_empty_optional_variable_means_unset() -> None:
-    """EVERYSTEP_NAME= (empty, as compose files write it) leaves the name to the hostname."""
-    settings = load({}, {"EVERYSTEP_NAME": "", "EVERYSTEP_DATABASE_URL": " "})
-    assert (settings.name, settings.database_url) == (None, None)
+def test_empty_optional_variable_means_unset(env: Callable[..., None]) -> None:
+    """EVERYSTEP_NAME= (empty, as compose files write it) leaves the name to the worker."""
+    env(EVERYSTEP_NAME="", EVERYSTEP_DATABASE_URL=" ", EVERYSTEP_SETTINGS_MODULE="")
+    settings = load()
+    assert (settings.database_url, settings.settings_module) == (None, None)
+    assert worker_options(settings) == {}
 
 
 # --- *_FILE secrets -----------------------------------------------------------------
 
 
-def test_env_file_strips_trailing_newline_only(tmp_path: Path) -> None:
+def test_env_file_strips_trailing_newline_only(tmp_path: Path, env: Callable[..., None]) -> None:
     """A secret file's trailing newline (\\n or \\r\\n) is dropped; the rest is kept verbatim."""
     secret = tmp_path / "db"
     secret.write_bytes(b"postgres://u:p w @h/db\r\n")
-    settings = load({}, {"EVERYSTEP_DATABASE_URL_FILE": str(secret)})
+    env(EVERYSTEP_DATABASE_URL_FILE=str(secret))
+    settings = load()
     assert settings.database_url is not None
     assert settings.database_url.get_secret_value() == "postgres://u:p w @h/db"
     assert sources(settings)["database_url"] == f"env EVERYSTEP_DATABASE_URL_FILE ({secret})"
 
 
-def test_env_and_env_file_both_given(tmp_path: Path) -> None:
+def test_env_and_env_file_both_given(tmp_path: Path, env: Callable[..., None]) -> None:
     """Setting both EVERYSTEP_X and EVERYSTEP_X_FILE is ambiguous and refused."""
     secret = tmp_path / "pool"
     secret.write_text("3", encoding="utf-8")
-    message = config_error(environ={"EVERYSTEP_POOL": "2", "EVERYSTEP_POOL_FILE": str(secret)})
+    env(EVERYSTEP_POOL="2", EVERYSTEP_POOL_FILE=str(secret))
+    message = config_error()
     assert message == "pool: both EVERYSTEP_POOL and EVERYSTEP_POOL_FILE are set; set only one"
 
 
-def test_env_file_unreadable(tmp_path: Path) -> None:
+def test_env_file_unreadable(tmp_path: Path, env: Callable[..., None]) -> None:
     """A *_FILE naming a missing file fails, naming the variable and the path."""
     missing = tmp_path / "nope"
-    message = config_error(environ={"EVERYSTEP_DATABASE_URL_FILE": str(missing)})
-    assert message == (
+    env(EVERYSTEP_DATABASE_URL_FILE=str(missing))
+    assert config_error() == (
         f"database_url: cannot read EVERYSTEP_DATABASE_URL_FILE file '{missing}': "
         "No such file or directory"
     )
 
 
-def test_env_file_is_a_directory(tmp_path: Path) -> None:
+def test_env_file_is_a_directory(tmp_path: Path, env: Callable[..., None]) -> None:
     """A *_FILE naming a directory fails like any unreadable file."""
-    message = config_error(environ={"EVERYSTEP_NAME_FILE": str(tmp_path)})
-    assert message.startswith(f"name: cannot read EVERYSTEP_NAME_FILE file '{tmp_path}': ")
+    env(EVERYSTEP_NAME_FILE=str(tmp_path))
+    assert config_error().startswith(f"name: cannot read EVERYSTEP_NAME_FILE file '{tmp_path}': ")
 
 
 # --- bad values: one clear message naming setting, source and expectation --------------
 
 
-def test_wrong_type() -> None:
+def test_wrong_type(env: Callable[..., None]) -> None:
     """A non-number where a number is expected names the setting, value and source."""
-    message = config_error(environ={"EVERYSTEP_POOL": "eight"})
+    env(EVERYSTEP_POOL="eight")
+    message = config_error()
     assert message == "pool: expected an integer >= 1, got 'eight' (from env EVERYSTEP_POOL)"
 
 
-def test_pool_below_one() -> None:
+def test_pool_below_one(env: Callable[..., None]) -> None:
     """pool 0 is refused with the bound in the message."""
-    message = config_error(environ={"EVERYSTEP_POOL": "0"})
+    env(EVERYSTEP_POOL="0")
+    message = config_error()
     assert message == "pool: expected an integer >= 1, got '0' (from env EVERYSTEP_POOL)"
 
 
 def test_negative_pool_from_flag() -> None:
     """A negative pool given as a flag names the flag as the source."""
-    message = config_error(argv_flags={"pool": "-2"}, environ={})
+    message = config_error({"pool": "-2"})
     assert message == "pool: expected an integer >= 1, got '-2' (from flag --pool)"
 
 
 def test_port_out_of_range(tmp_path: Path) -> None:
-    """A metrics port above 65535 in the TOML file names the file."""
+    """A metrics port above 65535 in the TOML file names the file and the declared range."""
     path = write_toml(tmp_path, "metrics_port = 70000\n")
-    message = config_error(argv_flags={"config": str(path)}, environ={})
+    message = config_error({"config": str(path)})
     assert message == (
-        "metrics_port: expected an integer port from 0 to 65535 (0 turns metrics off), "
-        f"got 70000 (from toml {path})"
+        f"metrics_port: expected an integer from 0 to 65535, got 70000 (from toml {path})"
     )
 
 
-def test_bad_log_level() -> None:
+def below_limit(option: Option) -> Any:
+    assert option.minimum is not None
+    if option.kind is str:
+        return ""
+    return option.kind(option.minimum if option.above else option.minimum - 1)
+
+
+@pytest.mark.parametrize(
+    "option",
+    [option for option in OPTIONS if option.minimum is not None and option.kind is not str],
+    ids=lambda option: option.key,
+)
+def test_worker_option_limits_come_from_options(tmp_path: Path, option: Option) -> None:
+    """Each worker option refuses the value just below its declared minimum, in its words."""
+    value = below_limit(option)
+    path = write_toml(tmp_path, f"{option.key} = {value!r}\n")
+    message = config_error({"config": str(path)})
+    assert (
+        message == f"{option.key}: expected {option.expected()}, got {value!r} (from toml {path})"
+    )
+
+
+def test_name_longer_than_declared_maximum() -> None:
+    """A runner name longer than the declared maximum is refused before the worker starts."""
+    message = config_error({"name": "x" * 256})
+    assert message.startswith(f"name: expected {BY_NAME['name'].expected()}, got 'xxx")
+
+
+def test_bad_log_level(env: Callable[..., None]) -> None:
     """An unknown log level lists the valid ones."""
-    message = config_error(environ={"EVERYSTEP_LOG_LEVEL": "verbose"})
-    assert message == (
+    env(EVERYSTEP_LOG_LEVEL="verbose")
+    assert config_error() == (
         "log_level: expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL, "
         "got 'verbose' (from env EVERYSTEP_LOG_LEVEL)"
     )
 
 
-def test_bad_boolean() -> None:
+def test_bad_boolean(env: Callable[..., None]) -> None:
     """notify accepts the usual boolean words and nothing else."""
-    message = config_error(environ={"EVERYSTEP_NOTIFY": "maybe"})
+    env(EVERYSTEP_NOTIFY="maybe")
+    message = config_error()
     assert message.startswith("notify: expected a boolean")
     assert message.endswith("got 'maybe' (from env EVERYSTEP_NOTIFY)")
 
 
-def test_toml_boolean_is_not_a_number(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [("pool", "an integer >= 1"), ("drain", "a number >= 0"), ("ui_workers", "an integer >= 1")],
+)
+def test_toml_boolean_is_not_a_number(tmp_path: Path, key: str, expected: str) -> None:
     """`pool = true` in TOML is refused rather than read as a pool of 1."""
-    path = write_toml(tmp_path, "pool = true\n")
-    message = config_error(argv_flags={"config": str(path)}, environ={})
-    assert message == f"pool: expected an integer >= 1, got True (from toml {path})"
+    path = write_toml(tmp_path, f"{key} = true\n")
+    message = config_error({"config": str(path)})
+    assert message == f"{key}: expected {expected}, got True (from toml {path})"
 
 
-def test_infinite_drain_refused() -> None:
+def test_infinite_drain_refused(env: Callable[..., None]) -> None:
     """inf and nan are not durations."""
-    message = config_error(environ={"EVERYSTEP_DRAIN": "inf"})
-    assert message.startswith("drain: expected a number of seconds >= 0")
+    env(EVERYSTEP_DRAIN="inf")
+    assert config_error().startswith("drain: expected a number >= 0, got 'inf'")
 
 
-def test_several_problems_reported_together() -> None:
+def test_several_problems_reported_together(env: Callable[..., None]) -> None:
     """Every bad setting is reported at once, one line each, without a pydantic dump."""
-    message = config_error(environ={"EVERYSTEP_POOL": "x", "EVERYSTEP_UI_WORKERS": "0"})
-    lines = message.splitlines()
-    assert [line.split(":")[0] for line in lines] == ["pool", "ui_workers"]
+    env(EVERYSTEP_POOL="x", EVERYSTEP_UI_WORKERS="0")
+    message = config_error()
+    assert [line.split(":")[0] for line in message.splitlines()] == ["pool", "ui_workers"]
     assert "validation error" not in message
     assert "pydantic" not in message
+
+
+def test_cross_option_rule_left_to_the_worker() -> None:
+    """orphan_timeout 5 loads: the heartbeat it must exceed may come from a Django setting."""
+    assert worker_options(load({"orphan_timeout": "5"})) == {"orphan_timeout": 5.0}
 
 
 def test_unknown_toml_key(tmp_path: Path) -> None:
     """A misspelt TOML key is an error naming the key, the file and the valid keys."""
     path = write_toml(tmp_path, "pol = 2\n")
-    message = config_error(argv_flags={"config": str(path)}, environ={})
+    message = config_error({"config": str(path)})
     assert message.startswith(f"pol: unknown key in toml {path} (from flag --config); valid keys:")
     assert "pool, poll, name, drain" in message
 
 
-def test_missing_explicit_config(tmp_path: Path) -> None:
+def test_missing_explicit_config(tmp_path: Path, env: Callable[..., None]) -> None:
     """A config path someone gave must exist; the message says where the path came from."""
     missing = tmp_path / "missing.toml"
-    message = config_error(environ={"EVERYSTEP_CONFIG": str(missing)})
-    assert message == (
+    env(EVERYSTEP_CONFIG=str(missing))
+    assert config_error() == (
         f"config: cannot read {missing}: No such file or directory (from env EVERYSTEP_CONFIG)"
     )
 
 
 def test_unreadable_explicit_config(tmp_path: Path) -> None:
     """A config path that cannot be read (here a directory) is an error."""
-    message = config_error(argv_flags={"config": str(tmp_path)}, environ={})
+    message = config_error({"config": str(tmp_path)})
     assert message.startswith(f"config: cannot read {tmp_path}: ")
     assert message.endswith("(from flag --config)")
 
@@ -376,7 +446,7 @@ def test_unreadable_explicit_config(tmp_path: Path) -> None:
 def test_invalid_toml_syntax(tmp_path: Path) -> None:
     """A TOML syntax error names the file and the position."""
     path = write_toml(tmp_path, "pool = \n")
-    message = config_error(argv_flags={"config": str(path)}, environ={})
+    message = config_error({"config": str(path)})
     assert message.startswith(f"config: invalid TOML in {path}: ")
     assert "line 1" in message or "end of document" in message
     assert message.endswith("(from flag --config)")
@@ -384,32 +454,56 @@ def test_invalid_toml_syntax(tmp_path: Path) -> None:
 
 def test_unknown_flag_key() -> None:
     """load() refuses a flag mapping key that is not a setting (a caller's mistake)."""
-    message = config_error(argv_flags={"pools": "2"}, environ={})
-    assert message.startswith("pools: not a runner setting")
+    assert config_error({"pool_size": "2"}).startswith("pool_size: not a runner setting")
 
 
-# --- describe -----------------------------------------------------------------------
+# --- describe: the config role ------------------------------------------------------
 
 
-def test_describe_shows_values_and_sources_with_masked_password(tmp_path: Path) -> None:
+def test_describe_shows_values_and_sources_with_masked_password(
+    tmp_path: Path, env: Callable[..., None]
+) -> None:
     """The config check shows each value and its source, and never the database password."""
     path = write_toml(tmp_path, "ui_workers = 3\n")
-    env = {"EVERYSTEP_DATABASE_URL": "postgres://app:s3cr%40t@db:5432/app"}
-    lines = describe(load({"pool": "8", "config": str(path)}, env))
+    env(EVERYSTEP_DATABASE_URL="postgres://app:s3cr%40t@db:5432/app")
+    lines = describe(load({"pool": "8", "notify": False, "config": str(path)}))
     assert "pool = 8  (flag --pool)" in lines
+    assert "notify = false  (flag --no-notify)" in lines
     assert f"ui_workers = 3  (toml {path})" in lines
-    assert "poll = 0.2  (default)" in lines
-    assert "name = (not set)  (default)" in lines
-    assert "notify = true  (default)" in lines
+    assert "log_level = INFO  (default)" in lines
+    assert "settings_module = (not set)  (default)" in lines
     assert "database_url = postgres://app:***@db:5432/app  (env EVERYSTEP_DATABASE_URL)" in lines
     assert not any("s3cr" in line for line in lines)
-    assert "s3cr" not in repr(load({}, env))
+    assert "s3cr" not in repr(load())
 
 
-def test_bad_database_url_message_masks_password() -> None:
+def test_describe_says_what_the_worker_uses_for_unset_options() -> None:
+    """An unset worker option shows its Django setting, then its default, not a runner value."""
+    lines = describe(load())
+    assert "heartbeat = (not set: Django setting EVERYSTEP_HEARTBEAT, else default 5)" in lines
+    assert "notify = (not set: Django setting EVERYSTEP_NOTIFY, else default on)" in lines
+    assert "pool = (not set: default 4)" in lines
+    assert "name = (not set: the hostname)" in lines
+    assert len([line for line in lines if "(not set: " in line]) == len(OPTIONS)
+
+
+def test_config_role_prints_every_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`everystep-runner --heartbeat 2 config` prints each setting, then why the project fails."""
+    monkeypatch.delenv("DJANGO_SETTINGS_MODULE", raising=False)  # no project to load
+    code = main(["--heartbeat", "2", "--project-dir", str(tmp_path), "config"])
+    out = capsys.readouterr().out
+    assert "heartbeat = 2.0  (flag --heartbeat)" in out.splitlines()
+    assert "orphan_timeout = (not set: Django setting EVERYSTEP_ORPHAN_TIMEOUT" in out
+    assert "project: NOT LOADABLE: no Django settings module" in out
+    assert code == 1
+
+
+def test_bad_database_url_message_masks_password(env: Callable[..., None]) -> None:
     """An unsupported database URL is reported without its password."""
-    message = config_error(environ={"EVERYSTEP_DATABASE_URL": "redis://u:hunter2@h/0"})
-    assert message == (
+    env(EVERYSTEP_DATABASE_URL="redis://u:hunter2@h/0")
+    assert config_error() == (
         "database_url: expected a URL whose scheme is one of postgres, postgresql, mysql, "
         "mariadb, sqlite, got 'redis://u:***@h/0' (from env EVERYSTEP_DATABASE_URL)"
     )
@@ -542,51 +636,156 @@ def test_mask_password(url: str, masked: str) -> None:
     assert mask_password(url) == masked
 
 
-# --- worker options and flags ----------------------------------------------------------
+# --- worker options: only the given ones reach the worker ------------------------------
 
 
-def test_worker_options_match_worker_signature() -> None:
-    """worker_options() gives keyword arguments Worker accepts, each mapped from its setting."""
+def test_worker_options_unset_by_default() -> None:
+    """Without configuration the runner passes no worker option, so Django settings count."""
+    settings = load()
+    assert (worker_options(settings), worker_flags(settings)) == ({}, [])
+
+
+def test_worker_options_are_the_given_ones_under_worker_names(env: Callable[..., None]) -> None:
+    """worker_options() gives Worker keywords (pool → pool_size) for the given options only."""
     from everystep.worker import Worker
 
-    env = {"EVERYSTEP_POOL": "8", "EVERYSTEP_NAME": "pod-0", "EVERYSTEP_NOTIFY": "no"}
-    options = worker_options(load({"drain": "0", "metrics_port": "9100"}, env))
+    env(EVERYSTEP_POOL="8", EVERYSTEP_NAME="pod-0", EVERYSTEP_NOTIFY="no")
+    options = worker_options(load({"drain": "0", "metrics_port": "9100"}))
     inspect.signature(Worker).bind(**options)  # TypeError on a renamed or removed parameter
     assert options == {
         "pool_size": 8,
-        "poll": 0.2,
         "name": "pod-0",
         "drain": 0.0,
         "metrics_port": 9100,
-        "metrics_bind": "0.0.0.0",
         "notify": False,
-        "heartbeat": 5.0,
-        "orphan_timeout": 60.0,
     }
 
 
-def test_parse_flags_leaves_other_arguments() -> None:
-    """Runner flags are taken out; a command and its own options pass through in order."""
-    flags, rest = parse_flags(["migrate", "--database", "other", "--pool", "3", "--notify"])
-    assert flags == {"pool": "3", "notify": "true"}
-    assert rest == ["migrate", "--database", "other"]
+@pytest.mark.parametrize(
+    ("given", "flags"),
+    [
+        ({"notify": True}, ["--notify"]),
+        ({"notify": False}, ["--no-notify"]),
+        ({"pool": "3", "heartbeat": "2"}, ["--pool", "3", "--heartbeat", "2.0"]),
+        ({"liveness_timeout": "90", "ui_workers": "5"}, ["--liveness-timeout", "90.0"]),
+    ],
+    ids=["notify", "no-notify", "pool-heartbeat", "liveness-only-worker-options"],
+)
+def test_worker_flags_are_the_given_options(given: dict[str, Any], flags: list[str]) -> None:
+    """worker_flags() spells only the given worker options, booleans as --notify/--no-notify."""
+    assert worker_flags(load(given)) == flags
 
 
-def test_parse_flags_missing_value() -> None:
+def test_worker_flags_mean_the_same_to_everystep_worker() -> None:
+    """Passed to `everystep_worker`, the runner's flags give Worker the same keywords."""
+    settings = load({"pool": "3", "notify": False, "orphan_timeout": "30", "name": "r-1"})
+    command = load_command_class("everystep", "everystep_worker")
+    parsed = vars(
+        command.create_parser("manage.py", "everystep_worker").parse_args(worker_flags(settings))
+    )
+    given = {option.name: parsed[option.name] for option in OPTIONS}
+    assert {name: value for name, value in given.items() if value is not None} == (
+        worker_options(settings)
+    )
+
+
+def test_worker_flags_round_trip_through_the_runner() -> None:
+    """The demo passes worker_flags() to a runner subprocess: they parse back to the same."""
+    settings = load({"poll": "0.5", "notify": True, "metrics_bind": "127.0.0.1"})
+    flags, command = split_argv([*worker_flags(settings), "worker"])
+    assert command == ["worker"]
+    assert worker_options(load(flags)) == worker_options(settings)
+
+
+# --- splitting the command line -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "flags", "command"),
+    [
+        ([], {}, []),
+        (["--notify"], {"notify": True}, []),
+        (["--no-notify", "config"], {"notify": False}, ["config"]),
+        (["--pool=3"], {"pool": "3"}, []),
+        (["--pool", "3", "worker"], {"pool": "3"}, ["worker"]),
+        (
+            ["--config", "/x.toml", "--metrics-port", "9100"],
+            {"config": "/x.toml", "metrics_port": "9100"},
+            [],
+        ),
+        (
+            ["--pool", "3", "migrate", "--database", "default"],
+            {"pool": "3"},
+            ["migrate", "--database", "default"],
+        ),
+        (
+            ["everystep_worker", "--pool", "8", "--no-notify"],
+            {},
+            ["everystep_worker", "--pool", "8", "--no-notify"],
+        ),
+        (["--log-level", "debug", "--", "shell"], {"log_level": "debug"}, ["shell"]),
+    ],
+    ids=[
+        "nothing",
+        "notify",
+        "no-notify",
+        "equals",
+        "separate-value",
+        "config",
+        "command-own-database",
+        "command-own-flags",
+        "double-dash",
+    ],
+)
+def test_split_argv(argv: list[str], flags: dict[str, Any], command: list[str]) -> None:
+    """Runner flags before the first bare word are the runner's; the rest is the command's."""
+    assert split_argv(argv) == (flags, command)
+
+
+def test_no_abbreviated_runner_flags() -> None:
+    """--database (a command's own option) before the command is not taken for --database-url."""
+    with pytest.raises(ConfigError, match="unknown runner option '--database'"):
+        split_argv(["--database", "default", "migrate"])
+
+
+def test_runner_flag_missing_its_value() -> None:
     """A runner flag without its value is a ConfigError, not an argparse exit."""
     with pytest.raises(ConfigError, match="argument --pool: expected one argument"):
-        parse_flags(["--pool"])
+        split_argv(["--pool"])
 
 
-def test_add_flags_leaves_absent_flags_unset() -> None:
-    """Flags not given are absent from the namespace, so they override nothing."""
-    parser = argparse.ArgumentParser()
-    add_flags(parser)
-    namespace = parser.parse_args(["--config", "/x.toml", "--metrics-port", "9100"])
-    assert flag_values(namespace) == {"config": "/x.toml", "metrics_port": "9100"}
+def test_unknown_runner_flag_is_a_clean_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown flag before the role exits 2 with one line saying where flags go."""
+    assert main(["--pools", "3", "config"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown runner option '--pools'" in err
+    assert "Traceback" not in err
 
 
-def test_flag_values_skips_none() -> None:
-    """A namespace from a parser with default=None (not SUPPRESS) still overrides nothing."""
-    namespace = argparse.Namespace(pool=None, poll="1", verbosity=2)
-    assert flag_values(namespace) == {"poll": "1"}
+def test_bad_value_is_a_clean_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """A bad runner setting exits 2 with the setting, its source and what is expected."""
+    assert main(["--heartbeat", "0", "config"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.splitlines()[-1] == "heartbeat: expected a number > 0, got '0' (from flag --heartbeat)"
+    )
+
+
+@pytest.mark.parametrize("role", ROLES_WITHOUT_ARGUMENTS)
+def test_roles_reject_extra_arguments(role: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """ui, demo, config, healthcheck and worker refuse arguments after the role, clearly."""
+    assert main([role, "--pool", "3"]) == 2
+    assert capsys.readouterr().err == (
+        f"everystep-runner: the {role} role takes no arguments (got '--pool'); "
+        "put runner options before the role\n"
+    )
+
+
+def test_help_lists_every_runner_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """--help shows every runner flag, --no-notify included, with the option's own help."""
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in NAMES:
+        assert f"--{name.replace('_', '-')}" in out
+    assert "--no-notify" in out
+    assert " ".join(BY_NAME["heartbeat"].help.split()[:3]) in " ".join(out.split())

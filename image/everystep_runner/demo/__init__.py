@@ -18,9 +18,11 @@ DEMO_DIR = Path(__file__).resolve().parent
 SETTINGS_MODULE = "everystep_runner.demo.settings"
 
 
-def run(settings: RunnerSettings, args: list[str]) -> int:
+def run(settings: RunnerSettings) -> int:
     """Migrate, schedule samples, start a worker, serve the UI until stopped."""
+    from everystep.options import BY_NAME
     from everystep_runner import project, ui
+    from everystep_runner.settings import worker_options
 
     settings = settings.model_copy(
         update={"settings_module": SETTINGS_MODULE, "project_dir": DEMO_DIR}
@@ -45,7 +47,8 @@ def run(settings: RunnerSettings, args: list[str]) -> int:
         return ui.serve(settings)
     finally:
         worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=settings.drain + 30)
+        drain = worker_options(settings).get("drain", BY_NAME["drain"].default)
+        worker.wait(timeout=drain + 30)
 
 
 def schedule_samples() -> int:
@@ -66,6 +69,8 @@ def schedule_samples() -> int:
 
 
 def start_worker(settings: RunnerSettings) -> subprocess.Popen[bytes]:
+    from everystep_runner.settings import worker_flags
+
     env = dict(os.environ)
     env.update(
         {"EVERYSTEP_SETTINGS_MODULE": SETTINGS_MODULE, "EVERYSTEP_PROJECT_DIR": str(DEMO_DIR)}
@@ -77,10 +82,9 @@ def start_worker(settings: RunnerSettings) -> subprocess.Popen[bytes]:
             sys.executable,
             "-m",
             "everystep_runner",
+            *worker_flags(settings),  # the worker options given to the demo
             "--name",
             "demo-worker",
-            "--pool",
-            str(settings.pool),
             "--log-level",
             settings.log_level,
             "--log-format",
