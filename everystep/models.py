@@ -66,6 +66,23 @@ def fence(claim: Claim) -> dict[str, Any]:
     return {"id": claim.run_id, "claim_token": claim.token, "status": Status.RUNNING}
 
 
+def take_fields(runner: str, token: uuid.UUID, now: Any) -> dict[str, Any]:
+    """What a claim writes (besides ``started_at``, set on the first claim only)."""
+    return {"status": Status.RUNNING, "claimed_by": runner, "claim_token": token, "updated_at": now}
+
+
+def finish_fields(status: str, result: Any, error: Any, now: Any) -> dict[str, Any]:
+    """What an outcome writes: the status, the result or error, the claim released."""
+    return {
+        "status": status,
+        "result": result,
+        "error": error,
+        "claim_token": None,
+        "updated_at": now,
+        "completed_at": now if status in FINAL_STATUSES else None,
+    }
+
+
 class WorkflowQuerySet(models.QuerySet["Workflow"]):
     """The transitions of a run's status; callers say which one they want, and each
     states its ``UPDATE`` once here. Each returns the number of rows it changed."""
@@ -77,13 +94,8 @@ class WorkflowQuerySet(models.QuerySet["Workflow"]):
     def take(self, runner: str, token: uuid.UUID) -> int:
         """Claim these runs for ``runner`` under ``token``."""
         now = timezone.now()
-        return self.update(
-            status=Status.RUNNING,
-            claimed_by=runner,
-            claim_token=token,
-            updated_at=now,
-            started_at=Coalesce("started_at", Value(now, output_field=DateTimeField())),
-        )
+        first_claim = Coalesce("started_at", Value(now, output_field=DateTimeField()))
+        return self.update(**take_fields(runner, token, now), started_at=first_claim)
 
     def requeue(self) -> int:
         """Put these runs back to ``scheduled`` with their claim released, so any runner
@@ -100,15 +112,7 @@ class WorkflowQuerySet(models.QuerySet["Workflow"]):
     def finish(self, status: str, *, result: Any = None, error: Any = None) -> int:
         """Give these runs an outcome: a final status, or ``blocked`` (not final: a human
         settles it and the run is requeued)."""
-        now = timezone.now()
-        return self.update(
-            status=status,
-            result=result,
-            error=error,
-            claim_token=None,
-            updated_at=now,
-            completed_at=now if status in FINAL_STATUSES else None,
-        )
+        return self.update(**finish_fields(status, result, error, timezone.now()))
 
     def unfinished(self) -> WorkflowQuerySet:
         return self.exclude(status__in=FINAL_STATUSES)

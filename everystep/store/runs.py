@@ -135,7 +135,7 @@ def finish_run(
     claim: Claim, status: str, *, result: Any = None, error: dict[str, Any] | None = None
 ) -> bool:
     """Give the run its outcome; False if this claim no longer holds it."""
-    return Workflow.objects.held_by(claim).finish(status, result=result, error=error) == 1
+    return claims.finish_fenced(claim, status, result, error)
 
 
 @_guarded
