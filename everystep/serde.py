@@ -4,9 +4,10 @@ Plain JSON values are stored as they are. The extended types round-trip through 
 small tagged object ``{"__es__": "<tag>", "v": ...}``; a user dict that happens to
 use the tag key is itself wrapped, so no user data can be mistaken for a tag.
 
-``roundtrip`` is what the engine returns on a live pass: the value as a replay
-would rebuild it from the database, so a workflow body sees the same thing on the
-first pass and after a resume (a tuple comes back as a list on both paths).
+On a live pass the engine hands the body the *decoded stored form* of a step's result,
+the value as a replay will rebuild it from the database, so a workflow body sees the
+same thing on the first pass and after a resume (a tuple comes back as a list on both
+paths). ``roundtrip`` gives that value for any input.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""Lifecycle signals. Logging and metrics subscribe to these; the engine and the worker
-only send them, so neither imports a metrics or tracing library.
+"""Lifecycle signals. Logging, metrics and Sentry subscribe to these; the engine and the
+worker only send them, so neither imports a metrics or error-reporting library (spans
+are the one exception: they must wrap the work, so the engine opens them through
+``everystep.tracing``).
 
 Every signal about a run is sent with ``run_id``, ``workflow`` (the workflow name) and
 ``runner``.

@@ -1,4 +1,7 @@
-"""Read-only queries for operators, metrics, health and the UI, and pruning."""
+"""Read-only queries for operators, metrics, health and the UI, and pruning.
+
+``cutoff`` arguments are aware datetimes.
+"""
 
 from __future__ import annotations
 
@@ -117,8 +120,8 @@ def prune_batch(cutoff: Any, statuses: list[str], batch_size: int) -> tuple[int,
     return deleted.get(Workflow._meta.label, 0), steps
 
 
-# The UI's read-only queries (everystep.ui.views); list_runs, get_run and run_steps above
-# serve it too.
+# The UI's read-only queries (everystep.ui.views); list_runs and run_steps above serve it
+# too, and get_run from store.runs.
 
 
 def status_counts(*, name: str | None = None) -> dict[str, int]:

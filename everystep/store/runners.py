@@ -83,8 +83,7 @@ def _requeue_held(**held_by: Any) -> list[tuple[UUID, str, str | None]]:
     return requeued
 
 
-# Operations: the queries behind everystep_runs, everystep_show and everystep_prune.
-# ``cutoff`` values are aware datetimes, like the ``started_at`` arguments above.
+# For operators and the UI: which runners there are and what they hold.
 
 
 def list_runners() -> list[Runner]:
