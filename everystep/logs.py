@@ -26,6 +26,8 @@ def _fields(event: str, kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _on_run_started(sender: Any, **kwargs: Any) -> None:
+    if not logger.isEnabledFor(logging.DEBUG):  # once per pass: skip building the record
+        return
     logger.debug(
         "run %s (%s) pass started, %d recorded steps",
         kwargs["run_id"],
@@ -36,6 +38,8 @@ def _on_run_started(sender: Any, **kwargs: Any) -> None:
 
 
 def _on_step_recorded(sender: Any, **kwargs: Any) -> None:
+    if not logger.isEnabledFor(logging.DEBUG):  # once per step: skip building the record
+        return
     extra = _fields("step.recorded", kwargs) | {
         "step_id": kwargs["step_id"],
         "step": kwargs["step"],

@@ -11,19 +11,22 @@ from __future__ import annotations
 
 from django.dispatch import Signal
 
+# use_caching: step_recorded is sent once per step; caching the receivers per sender
+# (always a class here) spares resolving them on every send.
+
 #: A worker claimed runs. Sent with ``runner`` and ``count`` only.
-runs_claimed = Signal()
+runs_claimed = Signal(use_caching=True)
 #: A pass over a run is starting. Extra: ``replayed_steps`` (recorded step count).
-run_started = Signal()
+run_started = Signal(use_caching=True)
 #: A step executed and its outcome was recorded. Extra: ``step_id``, ``step``,
 #: ``status`` (done/failed/started), ``duration`` (seconds).
-step_recorded = Signal()
+step_recorded = Signal(use_caching=True)
 #: A run reached an outcome on this pass. Extra: ``status`` (completed/failed/stopped/
 #: blocked), ``duration`` (seconds of this pass), ``error`` (encoded, or None),
 #: ``exc`` (the exception object, or None).
-run_finished = Signal()
+run_finished = Signal(use_caching=True)
 #: A run was put back to ``scheduled`` without an outcome. Extra: ``reason``.
-run_requeued = Signal()
+run_requeued = Signal(use_caching=True)
 #: A pass ended without writing an outcome (claim lost, row deleted, simulated crash).
 #: Extra: ``reason``.
-run_abandoned = Signal()
+run_abandoned = Signal(use_caching=True)

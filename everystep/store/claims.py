@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import uuid
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
@@ -69,8 +69,15 @@ class _Vendor:
 
     def __init__(self, vendor: str, native_uuid: bool, adapt_datetime: Callable[..., Any]):
         self.vendor = vendor
-        self.native_uuid = native_uuid
-        self.adapt_datetime = adapt_datetime
+        uuid_form: Callable[[Any], Any] = _same if native_uuid else operator.attrgetter("hex")
+        # How each column's value is handed to the driver (None is always NULL).
+        self.forms: dict[str, Callable[[Any], Any]] = {
+            **dict.fromkeys(_JSON_COLUMNS, json.dumps),
+            **dict.fromkeys(("id", "claim_token"), uuid_form),
+            **dict.fromkeys(
+                ("started_at", "finished_at", "updated_at", "completed_at"), adapt_datetime
+            ),
+        }
         share = {"postgresql": "FOR SHARE", "mysql": "LOCK IN SHARE MODE"}.get(vendor, "")
         held = " AND ".join(f"{column} = %s" for column in _FENCE_COLUMNS)
         fenced = " AND ".join(f"w.{column} = %s" for column in _FENCE_COLUMNS)
@@ -98,32 +105,28 @@ class _Vendor:
             return "%s::jsonb"
         return "%s::timestamptz" if column in ("started_at", "finished_at") else "%s"
 
-    def cursor(self) -> Any:
-        """A cursor for these statements. On PostgreSQL it binds parameters on the
-        server: Django's default cursor quotes every parameter into the SQL text, which
-        costs more CPU than the rest of the step record."""
+    def cursor(self, conn: Any) -> Any:
+        """A cursor for these statements on ``conn``. On PostgreSQL it binds parameters
+        on the server: Django's default cursor quotes every parameter into the SQL text,
+        which costs more CPU than the rest of the step record."""
         if self.vendor != "postgresql":
-            return connection.cursor()
+            return conn.cursor()
         import psycopg
         from django.db.backends.utils import CursorWrapper
 
-        connection.ensure_connection()
-        return CursorWrapper(psycopg.Cursor(connection.connection), connection)
+        conn.ensure_connection()
+        return CursorWrapper(psycopg.Cursor(conn.connection), conn)
 
     def param(self, column: str, value: Any) -> Any:
         """``value`` as the driver takes it for ``column``."""
-        if value is None:
-            return None
-        if column in _JSON_COLUMNS:
-            return json.dumps(value)
-        if isinstance(value, uuid.UUID):
-            return value if self.native_uuid else value.hex
-        if isinstance(value, datetime):
-            return self.adapt_datetime(value)
-        return value
+        return None if value is None else self.forms.get(column, _same)(value)
 
     def fence_params(self, claim: Claim) -> list[Any]:
         return [self.param(column, value) for column, value in fence(claim).items()]
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 @functools.cache
@@ -135,17 +138,25 @@ def _vendor(vendor: str) -> _Vendor:
     )
 
 
-def _current() -> _Vendor:
-    return _vendor(connection.vendor)
+def _current() -> tuple[_Vendor, Any]:
+    # The default connection, looked up once: every `connection.x` goes through a
+    # thread-local proxy, which adds up on a path taken once per step.
+    conn = connections[DEFAULT_DB_ALIAS]
+    return _vendor(conn.vendor), conn
 
 
 _RETURNING = f"""RETURNING {_RUNS}.id, {_RUNS}.name, {_RUNS}.args,
        EXISTS (SELECT 1 FROM {_STEPS} s WHERE s.workflow_id = {_RUNS}.id)"""
 
 
+def _marks() -> str:
+    """The SET of a claim: ``take_fields``, and ``started_at`` on the first claim only."""
+    taken = ", ".join(f"{column} = %s" for column in _TAKE_COLUMNS)
+    return f"{taken}, started_at = COALESCE(started_at, %s)"
+
+
 def _claim_statement(vendor: str) -> str | None:
-    marks = ", ".join(f"{column} = %s" for column in _TAKE_COLUMNS)
-    marks += ", started_at = COALESCE(started_at, %s)"
+    marks = _marks()
     if vendor == "postgresql":
         # The locking subquery must run exactly once. Inside `id IN (…)` the planner may
         # run it again for each candidate row, and with SKIP LOCKED every run returns
@@ -170,7 +181,7 @@ def claim_due(runner: str, limit: int) -> list[Claim]:
     if limit <= 0:
         return []
     token = uuid.uuid4()
-    db = _current()
+    db, conn = _current()
     if db.claim is None:
         return _claim_locking(runner, token, limit)
     now = timezone.now()
@@ -180,7 +191,7 @@ def claim_due(runner: str, limit: int) -> list[Claim]:
         params = [Status.SCHEDULED, limit, *marks, Status.SCHEDULED]
     else:
         params = [*marks, Status.SCHEDULED, Status.SCHEDULED, limit]
-    with db.cursor() as cursor:
+    with db.cursor(conn) as cursor:
         cursor.execute(db.claim, params)
         rows = cursor.fetchall()
     claims = [_claim(runner, token, *row) for row in rows]
@@ -188,12 +199,24 @@ def claim_due(runner: str, limit: int) -> list[Claim]:
 
 
 def _claim_locking(runner: str, token: uuid.UUID, limit: int) -> list[Claim]:
-    skip = connection.features.has_select_for_update_skip_locked
-    with transaction.atomic():
-        due = _with_steps(Workflow.objects.filter(status=Status.SCHEDULED).order_by("id"))
-        rows = list(due.select_for_update(skip_locked=skip)[:limit])
+    db, conn = _current()
+    skip = " SKIP LOCKED" if conn.features.has_select_for_update_skip_locked else ""
+    select = (
+        f"SELECT w.id, w.name, w.args, EXISTS ("
+        f"SELECT 1 FROM {_STEPS} s WHERE s.workflow_id = w.id) "
+        f"FROM {_RUNS} w WHERE w.status = %s ORDER BY w.id LIMIT %s FOR UPDATE{skip}"
+    )
+    now = timezone.now()
+    with transaction.atomic(), db.cursor(conn) as cursor:
+        cursor.execute(select, [Status.SCHEDULED, limit])
+        rows = cursor.fetchall()
         if rows:
-            Workflow.objects.filter(id__in=[row[0] for row in rows]).take(runner, token)
+            marks = [db.param(c, v) for c, v in take_fields(runner, token, now).items()]
+            marks.append(db.param("started_at", now))
+            ids = ", ".join(["%s"] * len(rows))
+            cursor.execute(
+                f"UPDATE {_RUNS} SET {_marks()} WHERE id IN ({ids})", marks + [r[0] for r in rows]
+            )
     return [_claim(runner, token, *row) for row in rows]
 
 
@@ -230,9 +253,9 @@ def _claim(
 def insert_step_fenced(claim: Claim, values: dict[str, Any]) -> bool:
     """Insert a ``Step`` row for the claimed run in one statement, if the claim still
     holds the run; False if it does not (nothing was written)."""
-    db = _current()
+    db, conn = _current()
     params = [db.param(column, values.get(column)) for column in _STEP_COLUMNS]
-    with db.cursor() as cursor:
+    with db.cursor(conn) as cursor:
         cursor.execute(db.insert_step, params + db.fence_params(claim))
         return cursor.rowcount == 1
 
@@ -240,10 +263,10 @@ def insert_step_fenced(claim: Claim, values: dict[str, Any]) -> bool:
 def settle_started_fenced(claim: Claim, step_id: str, values: dict[str, Any]) -> bool:
     """Give an unsafe step's ``started`` row its outcome in one statement, if the claim
     still holds the run; False if nothing was updated."""
-    db = _current()
+    db, conn = _current()
     params = [db.param(c, values.get(c)) for c in ("status", "result", "error", "finished_at")]
     params += [db.param("id", claim.run_id), step_id, *db.fence_params(claim)]
-    with db.cursor() as cursor:
+    with db.cursor(conn) as cursor:
         cursor.execute(db.settle_step, params)
         return cursor.rowcount == 1
 
@@ -251,9 +274,9 @@ def settle_started_fenced(claim: Claim, step_id: str, values: dict[str, Any]) ->
 def finish_fenced(claim: Claim, status: str, result: Any, error: Any) -> bool:
     """Give the claimed run its outcome in one statement; False if the claim no longer
     holds it (nothing was written)."""
-    db = _current()
+    db, conn = _current()
     fields = finish_fields(status, result, error, timezone.now())
     params = [db.param(column, value) for column, value in fields.items()]
-    with db.cursor() as cursor:
+    with db.cursor(conn) as cursor:
         cursor.execute(db.finish, params + db.fence_params(claim))
         return cursor.rowcount == 1

@@ -67,16 +67,22 @@ def requeue_orphans(timeout: float) -> list[tuple[UUID, str, str | None]]:
 def _requeue_held(**held_by: Any) -> list[tuple[UUID, str, str | None]]:
     """Requeue the ``running`` runs matching ``held_by``; returns what was requeued.
 
-    Marks the rows with a fresh claim token first, so the transaction begins with a write
-    (SQLite then waits for its lock instead of failing) and the rows reported are exactly
-    the rows requeued. A new token also fences out any late write of the old holder.
+    Marks the rows with a fresh claim token first, in autocommit: a single statement, so
+    the usual case (nothing to requeue) costs one round trip and no transaction, and on
+    SQLite the first statement is a write (it waits for the lock instead of failing).
+    The new token fences out any late write of the old holder and names exactly the
+    rows to requeue; if this process dies before requeueing them, they are still held
+    by the dead runner and the next pass marks them again.
     """
     token = uuid.uuid4()
+    marked = Workflow.objects.filter(status=Status.RUNNING, **held_by).update(claim_token=token)
+    if not marked:
+        return []
     with transaction.atomic():
-        marked = Workflow.objects.filter(status=Status.RUNNING, **held_by).update(claim_token=token)
-        if not marked:
-            return []
         mine = Workflow.objects.filter(status=Status.RUNNING, claim_token=token)
+        # Write first: SQLite then waits for its write lock rather than failing at once
+        # when a read would have to turn into a write.
+        mine.update(updated_at=timezone.now())
         requeued = list(mine.values_list("id", "name", "claimed_by"))
         mine.requeue()
         notify_due()

@@ -44,13 +44,15 @@ _DJANGO_ONLY = {
 
 class Listener(threading.Thread):
     """LISTEN on a dedicated PostgreSQL connection and set ``wake`` on every
-    notification, until ``stop`` is set. Reconnects with backoff if the database goes
-    away; the claim loop keeps polling meanwhile."""
+    notification, until ``stop`` is set. ``listening`` is set while the LISTEN holds.
+    Reconnects with backoff if the database goes away; the claim loop keeps polling
+    meanwhile."""
 
     def __init__(self, wake: threading.Event, stop: threading.Event) -> None:
         super().__init__(name="everystep-listener", daemon=True)
         self.wake = wake
         self.stop_event = stop
+        self.listening = threading.Event()
         params: dict[str, Any] = connection.get_connection_params()
         self.params = {k: v for k, v in params.items() if k not in _DJANGO_ONLY}
 
@@ -63,12 +65,14 @@ class Listener(threading.Thread):
                 with psycopg.connect(**self.params, autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     backoff = 0.5
+                    self.listening.set()
                     # A notification may have been missed while (re)connecting.
                     self.wake.set()
                     while not self.stop_event.is_set():
                         for _ in conn.notifies(timeout=0.5):
                             self.wake.set()
             except psycopg.Error as exc:
+                self.listening.clear()
                 logger.warning(
                     "LISTEN connection lost (%s); polling until it is back",
                     exc,

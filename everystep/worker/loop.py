@@ -36,6 +36,8 @@ from everystep.worker.state import WorkerState
 logger = logging.getLogger("everystep.worker")
 
 MAX_BACKOFF = 5.0
+# Seconds between safety-net polls while a PostgreSQL LISTEN is connected.
+LISTENING_POLL = 1.0
 
 
 class Worker:
@@ -122,16 +124,22 @@ class Worker:
         executor = ThreadPoolExecutor(self.pool_size, thread_name_prefix="everystep-run")
         beat = Heartbeat(state, self.heartbeat_interval, self.orphan_timeout)
         listen_stop = threading.Event()
+        listening = threading.Event()  # stays clear without NOTIFY
         try:
             self._start(beat)
             beat.start()
             if self.notify and store.can_listen():
-                store.Listener(state.wake, listen_stop).start()
+                listener = store.Listener(state.wake, listen_stop)
+                listening = listener.listening
+                listener.start()
             state.ready.set()
             while not state.stop.is_set():
                 state.wake.clear()
                 self._tick(executor)
-                state.wake.wait(self._backoff or self.poll)
+                # While LISTEN holds, a due run wakes the loop at once and the poll is
+                # only the safety net: it may be slower, and an idle worker costs less.
+                poll = max(self.poll, LISTENING_POLL) if listening.is_set() else self.poll
+                state.wake.wait(self._backoff or poll)
         finally:
             listen_stop.set()
             clean = shutdown.drain(state, executor, beat, self.reap)
