@@ -77,8 +77,8 @@ class Worker:
         self.notify: bool = values["notify"]
         self.heartbeat_interval: float = values["heartbeat"]
         self.orphan_timeout: float = values["orphan_timeout"]
-        # A tick waits at most max(poll, database backoff), so the default leaves a wide
-        # margin before liveness fails.
+        # A tick waits at most max(poll, LISTENING_POLL, database backoff), so the
+        # default leaves a wide margin before liveness fails.
         self.liveness_timeout: float = values["liveness_timeout"] or max(60.0, 10 * self.poll)
         self.state = WorkerState(
             name=self.name,
