@@ -25,14 +25,15 @@ once per database vendor, and given parameters in the driver's own forms.
 
 from __future__ import annotations
 
-import functools
 import json
 import operator
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
@@ -67,34 +68,40 @@ _FINISH_COLUMNS = tuple(finish_fields(Status.FAILED, None, None, None))
 class _Vendor:
     """The hot-path statements of one database, and its parameter forms."""
 
-    def __init__(self, vendor: str, native_uuid: bool, adapt_datetime: Callable[..., Any]):
-        self.vendor = vendor
+    def __init__(self, conn: Any) -> None:
+        self.vendor = vendor = conn.vendor
+        native_uuid = conn.features.has_native_uuid_field
         uuid_form: Callable[[Any], Any] = _same if native_uuid else operator.attrgetter("hex")
         # How each column's value is handed to the driver (None is always NULL).
         self.forms: dict[str, Callable[[Any], Any]] = {
             **dict.fromkeys(_JSON_COLUMNS, json.dumps),
             **dict.fromkeys(("id", "claim_token"), uuid_form),
             **dict.fromkeys(
-                ("started_at", "finished_at", "updated_at", "completed_at"), adapt_datetime
+                ("started_at", "finished_at", "updated_at", "completed_at"), _datetime_form(conn)
             ),
         }
         share = {"postgresql": "FOR SHARE", "mysql": "LOCK IN SHARE MODE"}.get(vendor, "")
         held = " AND ".join(f"{column} = %s" for column in _FENCE_COLUMNS)
         fenced = " AND ".join(f"w.{column} = %s" for column in _FENCE_COLUMNS)
-        self.insert_step = (
+        self.insert_step = self.native(
             f"INSERT INTO {_STEPS} (workflow_id, {', '.join(_STEP_COLUMNS)}) "
             f"SELECT w.id, {', '.join(self.placeholder(c) for c in _STEP_COLUMNS)} "
             f"FROM {_RUNS} w WHERE {fenced} {share}"
         )
         settled = ("status", "result", "error", "finished_at")
-        self.settle_step = (
+        self.settle_step = self.native(
             f"UPDATE {_STEPS} SET {', '.join(f'{c} = {self.placeholder(c)}' for c in settled)} "
             f"WHERE workflow_id = %s AND step_id = %s AND status = 'started' AND EXISTS ("
             f"SELECT 1 FROM {_RUNS} w WHERE {fenced} {share})"
         )
         outcome = ", ".join(f"{c} = {self.placeholder(c)}" for c in _FINISH_COLUMNS)
-        self.finish = f"UPDATE {_RUNS} SET {outcome} WHERE {held}"
-        self.claim = _claim_statement(vendor)
+        self.finish = self.native(f"UPDATE {_RUNS} SET {outcome} WHERE {held}")
+        claim = _claim_statement(vendor)
+        self.claim = None if claim is None else self.native(claim)
+
+    def native(self, sql: str) -> str:
+        """``sql`` in the placeholder style of the driver's own cursor (see ``cursor``)."""
+        return sql.replace("%s", "?") if self.vendor == "sqlite" else sql
 
     def placeholder(self, column: str) -> str:
         # In a SELECT list PostgreSQL types an untyped parameter as text, which jsonb and
@@ -106,16 +113,31 @@ class _Vendor:
         return "%s::timestamptz" if column in ("started_at", "finished_at") else "%s"
 
     def cursor(self, conn: Any) -> Any:
-        """A cursor for these statements on ``conn``. On PostgreSQL it binds parameters
-        on the server: Django's default cursor quotes every parameter into the SQL text,
-        which costs more CPU than the rest of the step record."""
-        if self.vendor != "postgresql":
-            return conn.cursor()
-        import psycopg
-        from django.db.backends.utils import CursorWrapper
+        """A cursor for these statements on ``conn``, kept with the connection.
 
+        On PostgreSQL and SQLite it is the driver's own cursor in Django's wrapper
+        (which still translates errors and runs ``execute_wrapper``s): Django's
+        PostgreSQL cursor quotes every parameter into the SQL text and its SQLite
+        cursor rewrites the placeholders of every statement, which together cost more
+        CPU than the rest of a step record. PostgreSQL then binds on the server.
+        """
+        if self.vendor == "mysql":  # mysqlclient's cursor is what Django uses anyway
+            return conn.cursor()
         conn.ensure_connection()
-        return CursorWrapper(psycopg.Cursor(conn.connection), conn)
+        raw = conn.connection
+        kept = conn.__dict__.get("_everystep_cursor")
+        if kept is None or kept[0] is not raw or conn.queries_logged:
+            if self.vendor == "postgresql":
+                import psycopg
+
+                driver_cursor = psycopg.Cursor(raw)
+            else:
+                driver_cursor = raw.cursor()
+            if conn.queries_logged:  # DEBUG: let Django record the queries, keep nothing
+                return conn.make_debug_cursor(driver_cursor)
+            kept = (raw, conn.make_cursor(driver_cursor))
+            conn.__dict__["_everystep_cursor"] = kept
+        return kept[1]
 
     def param(self, column: str, value: Any) -> Any:
         """``value`` as the driver takes it for ``column``."""
@@ -129,20 +151,33 @@ def _same(value: Any) -> Any:
     return value
 
 
-@functools.cache
-def _vendor(vendor: str) -> _Vendor:
-    return _Vendor(
-        vendor,
-        connection.features.has_native_uuid_field,
-        connection.ops.adapt_datetimefield_value,
-    )
+def _datetime_form(conn: Any) -> Callable[[Any], Any]:
+    """How a datetime reaches the driver. Outside PostgreSQL Django sends text in the
+    connection's time zone; for the UTC times everystep writes, when that zone is UTC,
+    the text is made directly rather than through Django's general conversion."""
+    adapt: Callable[[Any], Any] = conn.ops.adapt_datetimefield_value
+    if conn.vendor == "postgresql" or not (settings.USE_TZ and conn.timezone_name == "UTC"):
+        return adapt
+
+    def utc_text(value: datetime) -> Any:
+        if value.tzinfo is UTC:
+            return value.replace(tzinfo=None).isoformat(" ")
+        return adapt(value)
+
+    return utc_text
+
+
+_vendors: dict[str, _Vendor] = {}
 
 
 def _current() -> tuple[_Vendor, Any]:
     # The default connection, looked up once: every `connection.x` goes through a
     # thread-local proxy, which adds up on a path taken once per step.
     conn = connections[DEFAULT_DB_ALIAS]
-    return _vendor(conn.vendor), conn
+    db = _vendors.get(conn.vendor)
+    if db is None:
+        db = _vendors[conn.vendor] = _Vendor(conn)
+    return db, conn
 
 
 _RETURNING = f"""RETURNING {_RUNS}.id, {_RUNS}.name, {_RUNS}.args,
@@ -191,9 +226,9 @@ def claim_due(runner: str, limit: int) -> list[Claim]:
         params = [Status.SCHEDULED, limit, *marks, Status.SCHEDULED]
     else:
         params = [*marks, Status.SCHEDULED, Status.SCHEDULED, limit]
-    with db.cursor(conn) as cursor:
-        cursor.execute(db.claim, params)
-        rows = cursor.fetchall()
+    cursor = db.cursor(conn)
+    cursor.execute(db.claim, params)
+    rows = cursor.fetchall()
     claims = [_claim(runner, token, *row) for row in rows]
     return sorted(claims, key=lambda held: held.run_id)
 
@@ -255,9 +290,9 @@ def insert_step_fenced(claim: Claim, values: dict[str, Any]) -> bool:
     holds the run; False if it does not (nothing was written)."""
     db, conn = _current()
     params = [db.param(column, values.get(column)) for column in _STEP_COLUMNS]
-    with db.cursor(conn) as cursor:
-        cursor.execute(db.insert_step, params + db.fence_params(claim))
-        return cursor.rowcount == 1
+    cursor = db.cursor(conn)
+    cursor.execute(db.insert_step, params + db.fence_params(claim))
+    return bool(cursor.rowcount == 1)
 
 
 def settle_started_fenced(claim: Claim, step_id: str, values: dict[str, Any]) -> bool:
@@ -266,9 +301,9 @@ def settle_started_fenced(claim: Claim, step_id: str, values: dict[str, Any]) ->
     db, conn = _current()
     params = [db.param(c, values.get(c)) for c in ("status", "result", "error", "finished_at")]
     params += [db.param("id", claim.run_id), step_id, *db.fence_params(claim)]
-    with db.cursor(conn) as cursor:
-        cursor.execute(db.settle_step, params)
-        return cursor.rowcount == 1
+    cursor = db.cursor(conn)
+    cursor.execute(db.settle_step, params)
+    return bool(cursor.rowcount == 1)
 
 
 def finish_fenced(claim: Claim, status: str, result: Any, error: Any) -> bool:
@@ -277,6 +312,6 @@ def finish_fenced(claim: Claim, status: str, result: Any, error: Any) -> bool:
     db, conn = _current()
     fields = finish_fields(status, result, error, timezone.now())
     params = [db.param(column, value) for column, value in fields.items()]
-    with db.cursor(conn) as cursor:
-        cursor.execute(db.finish, params + db.fence_params(claim))
-        return cursor.rowcount == 1
+    cursor = db.cursor(conn)
+    cursor.execute(db.finish, params + db.fence_params(claim))
+    return bool(cursor.rowcount == 1)
