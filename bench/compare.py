@@ -1,0 +1,445 @@
+"""everystep against the raw-SQL limit, measured in the same invocation.
+
+    .venv/bin/python bench/compare.py --db postgres|mariadb|sqlite [--runs 500] [--pool 8]
+        [--conn-max-age settings|0|600|none ...] [--repeat 3] [--profile]
+        [--source PATH] [--label NAME] [--skip-raw] [--keep-logs]
+
+Each round, on a fresh database of its own (``everystep_test_bench_…``, dropped at the end):
+
+- **raw limit**: ``--runs`` runs of ``everystep_bench.workflows.bench_three`` (3 tiny steps)
+  are scheduled, then claimed and executed with the bare driver on ``--pool`` threads
+  (``raw_limit.py``: claim, one INSERT per step, one UPDATE to finish);
+- **everystep**: one ``manage.py everystep_worker --pool N --poll 0.05`` process of the
+  ``--source`` tree, started and idle (start-up is not measured), then the same runs are
+  scheduled in one transaction and the worker executes them; once per ``--conn-max-age``
+  value (``EVERYSTEP_TEST_CONN_MAX_AGE``, read by ``everystep_bench/settings.py``;
+  ``settings`` keeps the test settings' 300).
+
+Throughput for both is completed runs / (last ``completed_at`` - first ``started_at``),
+from the rows. Per phase it also reports the worker's CPU per run and per executed step
+(``/proc/<pid>/stat``), the database server's CPU per run, connections opened (PostgreSQL
+``pg_stat_database.sessions``; MariaDB global ``Connections``), the worker's RSS at start
+and end (and its maximum, sampled), and ``other_s``: busy CPU of everything else on the
+machine, the disturbance indicator (rerun when it is more than a few tenths of a second).
+Rounds alternate the phase order; the summary gives medians and the median of the
+per-round ratios.
+
+``--profile`` adds one everystep phase per ``--conn-max-age`` value with ``py-spy record
+--gil`` attached to the worker (``.venv/bin/pip install py-spy``) and writes its top
+entries to ``bench/profiles/<db>-<label>.txt`` (``<db>-<label>-cma<value>.txt`` when there
+are several values); ``--repeat 0 --profile``: those phases alone.
+``--runs 100000 --skip-raw --repeat 1`` is the long memory run. Every invocation appends
+one JSON line to ``bench/results.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import harness
+import profile_report
+
+THREE_STEPS = 3
+SETTINGS_VALUE = "settings"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    harness.add_common_arguments(parser)
+    parser.add_argument("--runs", type=int, default=500, help="runs per phase (500)")
+    parser.add_argument("--pool", type=int, default=8, help="worker --pool and raw threads (8)")
+    parser.add_argument("--poll", type=float, default=0.05, help="worker --poll (0.05)")
+    parser.add_argument(
+        "--conn-max-age",
+        nargs="+",
+        default=[SETTINGS_VALUE],
+        metavar="SECONDS",
+        help="CONN_MAX_AGE values to run the worker with: integers, 'none' (unlimited) or "
+        "'settings' (keep tests/settings.py's); several give one phase each (settings)",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="rounds (3); 0 with --profile: the profile only"
+    )
+    parser.add_argument("--raw-batch", type=int, default=1, help="runs per raw claim (1)")
+    parser.add_argument("--skip-raw", action="store_true", help="no raw-limit phase")
+    parser.add_argument("--profile", action="store_true", help="one extra phase under py-spy")
+    parser.add_argument("--profile-rate", type=int, default=250, help="py-spy samples/s (250)")
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=60,
+        help="before each phase, wait up to this many seconds for the rest of the machine "
+        "to use < 0.25 CPU (60; 0 = do not wait)",
+    )
+    parser.add_argument("--log-level", default="INFO", help="worker log level (INFO)")
+    parser.add_argument("--keep-logs", action="store_true", help="keep worker logs")
+    args = parser.parse_args(argv)
+    if min(args.runs, args.pool, args.raw_batch) < 1 or args.repeat < 0:
+        parser.error("--runs, --pool and --raw-batch must be at least 1")
+    if args.repeat == 0 and not args.profile:
+        parser.error("--repeat 0 only makes sense with --profile (the profiled phase alone)")
+    for value in args.conn_max_age:
+        if value not in (SETTINGS_VALUE, "none") and not value.isdigit():
+            parser.error(f"--conn-max-age: {value!r} is not an integer, 'none' or 'settings'")
+    return args
+
+
+# -- database-side counters --------------------------------------------------------------
+
+
+def db_connections_opened(db: str) -> int | None:
+    """A counter of connections opened: this database's sessions on PostgreSQL (their
+    statistics reach the server within about a second), the server's on MariaDB."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if db == "postgres":
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(
+                "SELECT sessions FROM pg_stat_database WHERE datname = current_database()"
+            )
+            return int(cursor.fetchone()[0])
+        if db == "mariadb":
+            cursor.execute("SHOW GLOBAL STATUS LIKE 'Connections'")
+            return int(cursor.fetchone()[1])
+    return None
+
+
+def tidy_tables(db: str) -> None:
+    """Empty the run tables; on PostgreSQL also vacuum them, so every phase starts with
+    the same table state."""
+    from django.db import connection
+
+    harness.clear_runs()
+    if db == "postgres":
+        with connection.cursor() as cursor:
+            cursor.execute("VACUUM ANALYZE everystep_workflow, everystep_step")
+
+
+# -- phases ---------------------------------------------------------------------------------
+
+
+def raw_phase(args: argparse.Namespace) -> dict[str, Any]:
+    from everystep_bench.workflows import bench_three
+    from raw_limit import run_raw_limit
+
+    tidy_tables(args.db)
+    harness.schedule_runs(bench_three, args.runs)
+    quiet = harness.wait_quiet(args.wait_quiet)
+    conns = db_connections_opened(args.db)
+    meter = harness.CpuMeter(args.db)
+    meter.begin()
+    result = run_raw_limit(args.pool, args.raw_batch)
+    cpu = meter.end()
+    time.sleep(1.1 if args.db == "postgres" else 0)  # session statistics reach the server
+    opened = db_connections_opened(args.db)
+    span = harness.finished_span()
+    return {
+        "phase": "raw",
+        **span,
+        "wall_s": result.wall_s,
+        "claims": result.claims,
+        "client_cpu_ms_per_run": round(1000 * result.cpu_s / max(result.runs, 1), 3),
+        "db_cpu_ms_per_run": round(1000 * cpu["db_server_s"] / max(span["completed"], 1), 3),
+        "connections_opened": None if conns is None or opened is None else opened - conns,
+        "cpu": cpu,
+        "quiet": quiet,
+    }
+
+
+def everystep_phase(
+    args: argparse.Namespace,
+    workers: harness.Workers,
+    name: str,
+    conn_max_age: str,
+    profile_to: Path | None = None,
+) -> dict[str, Any]:
+    from everystep_bench.workflows import bench_three
+
+    tidy_tables(args.db)
+    quiet = harness.wait_quiet(args.wait_quiet)
+    env = {"EVERYSTEP_TEST_CONN_MAX_AGE": None if conn_max_age == SETTINGS_VALUE else conn_max_age}
+    worker = workers.start(name, "--pool", str(args.pool), "--poll", str(args.poll), env=env)
+    worker.wait_ready()
+    spy = start_profiler(worker.pid, profile_to, args.profile_rate) if profile_to else None
+    rss = [worker.rss_mb()]
+    conns = db_connections_opened(args.db)
+    worker_cpu, worker_split = worker.cpu_seconds(), harness.process_cpu_split(worker.pid)
+    harness.schedule_runs(bench_three, args.runs)
+    meter = harness.CpuMeter(args.db)
+    meter.begin()
+    last_rss = time.monotonic()
+
+    def alive() -> None:
+        nonlocal last_rss
+        worker.check_alive()
+        if time.monotonic() - last_rss > 2:
+            rss.append(worker.rss_mb())
+            last_rss = time.monotonic()
+
+    timeout = max(600.0, args.runs / 10)
+    harness.wait_for(lambda: harness.pending_runs() == 0, timeout, 0.1, alive)
+    worker_cpu = worker.cpu_seconds() - worker_cpu
+    split_now = harness.process_cpu_split(worker.pid)
+    user, system = split_now[0] - worker_split[0], split_now[1] - worker_split[1]
+    cpu = meter.end()
+    cpu["worker_s"] = round(worker_cpu, 3)
+    cpu["worker_user_s"], cpu["worker_system_s"] = round(user, 3), round(system, 3)
+    cpu["other_s"] = round(cpu["other_s"] - worker_cpu, 2)
+    rss.append(worker.rss_mb())
+    if spy is not None:
+        stop_profiler(spy)
+    time.sleep(1.1 if args.db == "postgres" else 0)
+    opened = db_connections_opened(args.db)
+    exit_code = worker.terminate()
+    span = harness.finished_span()
+    done = max(span["completed"], 1)
+    return {
+        "phase": "everystep",
+        "conn_max_age": conn_max_age,
+        "profiled": profile_to is not None,
+        **span,
+        "worker_cpu_ms_per_run": round(1000 * worker_cpu / done, 3),
+        "worker_cpu_ms_per_step": round(1000 * worker_cpu / max(span["steps"], 1), 3),
+        "db_cpu_ms_per_run": round(1000 * cpu["db_server_s"] / done, 3),
+        "connections_opened": None if conns is None or opened is None else opened - conns,
+        "rss_mb": {"start": rss[0], "end": rss[-1], "max": max(rss), "samples": len(rss)},
+        "cpu": cpu,
+        "quiet": quiet,
+        "exit_code": exit_code,
+    }
+
+
+def start_profiler(pid: int, output: Path, rate: int) -> subprocess.Popen[bytes]:
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    command = [py_spy, "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw"]
+    # --gil: only the thread holding the GIL is sampled, so the samples split the
+    # worker's Python CPU time; threads waiting on the database (which py-spy would
+    # otherwise often count as active) are left out.
+    command += ["--output", str(output), "--gil"]
+    spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(1.0)  # attached
+    if spy.poll() is not None:
+        raise RuntimeError(f"py-spy exited: {spy.stderr.read().decode() if spy.stderr else ''}")
+    return spy
+
+
+def stop_profiler(spy: subprocess.Popen[bytes]) -> None:
+    spy.send_signal(signal.SIGINT)
+    try:
+        spy.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        spy.wait()
+
+
+# -- the benchmark --------------------------------------------------------------------------
+
+
+def benchmark(args: argparse.Namespace, workers: harness.Workers, scratch: Path) -> dict[str, Any]:
+    rounds: list[list[dict[str, Any]]] = []
+    for index in range(args.repeat):
+        phases: list[dict[str, Any]] = []
+        order = ["raw", *args.conn_max_age] if index % 2 == 0 else [*args.conn_max_age, "raw"]
+        for what in order:
+            if what == "raw" and args.skip_raw:
+                continue
+            if what == "raw":
+                phase = harness.attempts("raw", lambda: raw_phase(args), workers.kill_all)
+            else:
+                name = f"compare-{index}-cma{what}"
+                phase = harness.attempts(
+                    name, phase_of(args, workers, name, what), workers.kill_all
+                )
+            phases.append(phase)
+            print_phase(index + 1, phase)
+        rounds.append(phases)
+    profiles = [profile_phase(args, workers, scratch, cma) for cma in args.conn_max_age]
+    return {
+        "rounds": rounds,
+        "summary": summarise(rounds, args),
+        "profiles": profiles if args.profile else [],
+    }
+
+
+def phase_of(
+    args: argparse.Namespace, workers: harness.Workers, name: str, conn_max_age: str
+) -> Callable[[], dict[str, Any]]:
+    return lambda: everystep_phase(args, workers, name, conn_max_age)
+
+
+def profile_phase(
+    args: argparse.Namespace, workers: harness.Workers, scratch: Path, conn_max_age: str
+) -> dict[str, Any]:
+    """One more everystep phase, under py-spy; its report in ``bench/profiles/``."""
+    if not args.profile:
+        return {}
+    name = f"compare-profile-cma{conn_max_age}"
+    raw_output = scratch / f"{name}.collapsed"
+    phase = harness.attempts(
+        name,
+        lambda: everystep_phase(args, workers, name, conn_max_age, raw_output),
+        workers.kill_all,
+    )
+    print_phase(0, phase)
+    harness.PROFILES.mkdir(exist_ok=True)
+    suffix = f"-cma{conn_max_age}" if len(args.conn_max_age) > 1 else ""
+    target = harness.PROFILES / f"{args.db}-{args.label}{suffix}.txt"
+    title = (
+        f"py-spy profile of one everystep_worker (--pool {args.pool} --poll {args.poll}), "
+        f"{args.runs} runs of bench_three, {args.db}, CONN_MAX_AGE {conn_max_age}, "
+        f"label {args.label}"
+    )
+    profile = profile_report.write_report(
+        raw_output, target, phase, title, sys.argv, args.profile_rate
+    )
+    print(f"profile: {target}")
+    return {**profile, "phase": phase}
+
+
+def summarise(rounds: list[list[dict[str, Any]]], args: argparse.Namespace) -> dict[str, Any]:
+    def median(values: list[float]) -> float:
+        return round(statistics.median(values), 3) if values else float("nan")
+
+    raws = [p for r in rounds for p in r if p["phase"] == "raw"]
+    summary: dict[str, Any] = {"raw_runs_per_s": median([p["runs_per_s"] for p in raws])}
+    for cma in args.conn_max_age:
+        mine = [p for r in rounds for p in r if p.get("conn_max_age") == cma]
+        if not mine:
+            continue
+        ratios = [
+            p["runs_per_s"] / raw["runs_per_s"]
+            for r in rounds
+            for p in r
+            if p.get("conn_max_age") == cma
+            for raw in r
+            if raw["phase"] == "raw" and raw["runs_per_s"]
+        ]
+        summary[f"cma_{cma}"] = {
+            "runs_per_s": median([p["runs_per_s"] for p in mine]),
+            "ratio_to_raw": median(ratios),
+            "worker_cpu_ms_per_run": median([p["worker_cpu_ms_per_run"] for p in mine]),
+            "worker_cpu_ms_per_step": median([p["worker_cpu_ms_per_step"] for p in mine]),
+            "db_cpu_ms_per_run": median([p["db_cpu_ms_per_run"] for p in mine]),
+            "rss_mb_start": median([p["rss_mb"]["start"] for p in mine]),
+            "rss_mb_end": median([p["rss_mb"]["end"] for p in mine]),
+            "other_cpu_s_max": max(p["cpu"]["other_s"] for p in mine),
+        }
+    return summary
+
+
+def print_phase(round_no: int, p: dict[str, Any]) -> None:
+    label = "raw" if p["phase"] == "raw" else f"everystep cma={p['conn_max_age']}"
+    if p["phase"] == "everystep" and p["profiled"]:
+        label += " (py-spy)"
+    conns = p["connections_opened"]
+    line = (
+        f"  round {round_no}  {label:<24} {p['runs_per_s']:>7.1f} runs/s  "
+        f"{p['completed']} runs {p['steps']} steps in {p['span_s']:.2f}s  "
+    )
+    if p["phase"] == "raw":
+        line += f"client CPU {p['client_cpu_ms_per_run']:.2f} ms/run  "
+    else:
+        line += (
+            f"worker CPU {p['worker_cpu_ms_per_run']:.2f} ms/run "
+            f"{p['worker_cpu_ms_per_step']:.2f} ms/step  RSS {p['rss_mb']['start']}->"
+            f"{p['rss_mb']['end']} MB  exit {p['exit_code']}  "
+        )
+    line += (
+        f"db CPU {p['db_cpu_ms_per_run']:.2f} ms/run  conns {conns}  other {p['cpu']['other_s']}s"
+    )
+    if not p["quiet"]["quiet"]:
+        line += f"  (started while others used {p['quiet']['other_cpus']} CPU)"
+    print(line, flush=True)
+
+
+def print_summary(record: dict[str, Any]) -> None:
+    info, args, s = record["machine"], record["args"], record["summary"]
+    print(
+        f"\n{info['db_version']}, {info['nproc']} CPUs, load {info['loadavg_start']} -> "
+        f"{info['loadavg_end']}; source {record['source']['path']} "
+        f"({record['source']['commit']}{', dirty' if record['source']['dirty'] else ''}), "
+        f"label {record['label']}"
+    )
+    print(
+        f"{args['runs']} runs of bench_three (3 steps); one worker --pool {args['pool']} "
+        f"--poll {args['poll']}; raw: {args['pool']} threads, claim batch {args['raw_batch']}; "
+        f"medians of {args['repeat']} round(s)"
+    )
+    head = ("", "runs/s", "of raw", "wkr ms/run", "ms/step", "db ms/run", "RSS MB", "other s")
+    print("  {:<22}{:>8}{:>8}{:>11}{:>9}{:>10}{:>13}{:>9}".format(*head))
+    if not args["skip_raw"]:
+        print("  {:<22}{:>8}".format("raw limit", s["raw_runs_per_s"]))
+    for cma in args["conn_max_age"]:
+        if f"cma_{cma}" not in s:
+            continue
+        m = s[f"cma_{cma}"]
+        cells = (
+            f"everystep cma={cma}",
+            m["runs_per_s"],
+            "-" if args["skip_raw"] else f"{100 * m['ratio_to_raw']:.1f}%",
+            m["worker_cpu_ms_per_run"],
+            m["worker_cpu_ms_per_step"],
+            m["db_cpu_ms_per_run"],
+            f"{m['rss_mb_start']}->{m['rss_mb_end']}",
+            m["other_cpu_s_max"],
+        )
+        print("  {:<22}{:>8}{:>8}{:>11}{:>9}{:>10}{:>13}{:>9}".format(*map(str, cells)))
+    problems = record["worker_problems"]
+    print(f"worker log lines at WARNING or above: {len(problems)}")
+    for line in problems[:10]:
+        print(f"  {line}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    harness.install_interrupts()
+    scratch = Path(tempfile.mkdtemp(prefix="everystep-compare-"))
+    harness.configure(args.db, args.source, scratch)
+    harness.setup_django(args.source)
+    workers = harness.Workers(args.source, scratch, args.log_level)
+    original = harness.create_database()
+    record: dict[str, Any] | None = None
+    try:
+        info = harness.machine_info()
+        result = benchmark(args, workers, scratch)
+        info["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+        record = {
+            "kind": "compare",
+            "db": args.db,
+            "label": args.label,
+            "args": {
+                k: (str(v) if isinstance(v, Path) else v)
+                for k, v in vars(args).items()
+                if k != "keep_logs"
+            },
+            "source": harness.source_info(args.source),
+            "machine": info,
+            **result,
+            "worker_problems": workers.problems(),
+        }
+    finally:
+        workers.kill_all()
+        harness.drop_database(original)
+        if args.keep_logs or record is None:
+            print(f"worker logs kept in {scratch}", file=sys.stderr)
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+    print_summary(record)
+    harness.append_result(record)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""The benchmark app: installs the statement counter in a worker process when
+``EVERYSTEP_BENCH_COUNT_FILE`` names a file (see ``counting.serve_snapshots``)."""
+
+from __future__ import annotations
+
+import os
+
+from django.apps import AppConfig
+
+
+class EverystepBenchConfig(AppConfig):
+    name = "everystep_bench"
+    verbose_name = "everystep benchmarks"
+
+    def ready(self) -> None:
+        path = os.environ.get("EVERYSTEP_BENCH_COUNT_FILE")
+        if path:
+            from everystep_bench import counting
+
+            counting.install()
+            counting.serve_snapshots(path)

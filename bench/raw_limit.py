@@ -1,0 +1,338 @@
+"""The raw-SQL limit: everystep's work issued directly with the driver, no engine.
+
+Per run, on ``threads`` threads with one connection each (the pool of one worker):
+
+- claim ``batch`` scheduled runs, oldest first, in one transaction:
+  PostgreSQL ``UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT n) RETURNING``;
+  MariaDB ``BEGIN; SELECT … FOR UPDATE SKIP LOCKED; UPDATE; COMMIT``;
+  SQLite ``UPDATE … WHERE id IN (SELECT … LIMIT n) RETURNING``;
+- one ``INSERT`` into ``everystep_step`` per step, each committed on its own (autocommit);
+- one ``UPDATE`` to finish the run.
+
+It writes the same rows as ``everystep_bench.workflows.bench_three`` (3 steps: add,
+double, inc) in the real ``everystep_workflow`` / ``everystep_step`` tables, with psycopg 3,
+MySQLdb (mysqlclient) or sqlite3 at their defaults, and stops when nothing is left to claim.
+
+Use it from a script that has set up Django on a benchmark database and scheduled runs::
+
+    from raw_limit import run_raw_limit
+    schedule_runs(bench_three, 500)          # e.g. harness.schedule_runs
+    result = run_raw_limit(threads=8)        # RawLimitResult(runs=500, ...)
+
+``bench/compare.py`` measures it in the same invocation as everystep and reports the
+ratio. Run alone (creates and drops its own database)::
+
+    .venv/bin/python bench/raw_limit.py --db postgres|mariadb|sqlite [--runs 500] [--threads 8]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+STEPS: tuple[tuple[str, Callable[..., int]], ...] = (
+    ("everystep_bench.workflows.bench_add", lambda a, b: a + b),
+    ("everystep_bench.workflows.bench_double", lambda x: 2 * x),
+    ("everystep_bench.workflows.bench_inc", lambda x: x + 1),
+)
+RUNNER = "raw-limit"
+
+INSERT_STEP = (
+    "INSERT INTO everystep_step (workflow_id, step_id, name, args, kwargs, status, result, "
+    "error, started_at, finished_at) VALUES ({p}, {p}, {p}, {j}, {j}, 'done', {j}, NULL, {p}, {p})"
+)
+FINISH = (
+    "UPDATE everystep_workflow SET status = 'completed', result = {j}, claim_token = NULL, "
+    "updated_at = {p}, completed_at = {p} WHERE id = {p} AND claim_token = {p} "
+    "AND status = 'running'"
+)
+TAKE = (
+    "UPDATE everystep_workflow SET status = 'running', claimed_by = {p}, claim_token = {p}, "
+    "started_at = COALESCE(started_at, {p}), updated_at = {p} "
+)
+DUE = "SELECT id FROM everystep_workflow WHERE status = 'scheduled' ORDER BY id LIMIT {p}"
+
+
+@dataclass(frozen=True)
+class RawLimitResult:
+    runs: int
+    steps: int
+    threads: int
+    batch: int
+    wall_s: float  # first claim to last finish, measured in this process
+    claims: int  # claim transactions, the last empty one of each thread included
+    cpu_s: float  # this process's CPU over the phase (driver and Python)
+
+    @property
+    def runs_per_s(self) -> float:
+        return self.runs / self.wall_s if self.wall_s else 0.0
+
+
+class _Driver:
+    """One thread's connection and the statements of one vendor."""
+
+    vendor = ""
+    p = "%s"
+    j = "%s"
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.conn: Any = None
+        self.insert = INSERT_STEP.format(p=self.p, j=self.j)
+        self.finish_sql = FINISH.format(p=self.p, j=self.j)
+
+    def now(self) -> Any:
+        return datetime.now(UTC)
+
+    def token(self) -> Any:
+        return uuid.uuid4()
+
+    def claim(self, batch: int) -> list[tuple[Any, Any, Any]]:
+        raise NotImplementedError
+
+    def record(self, run_id: Any, step_id: str, name: str, args: Any, result: Any) -> None:
+        now = self.now()
+        params = (run_id, step_id, name, json.dumps(args), "{}", json.dumps(result), now, now)
+        self.conn.execute(self.insert, params)
+
+    def finish(self, run_id: Any, token: Any, result: Any) -> None:
+        now = self.now()
+        self.conn.execute(self.finish_sql, (json.dumps(result), now, now, run_id, token))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class _Postgres(_Driver):
+    vendor = "postgresql"
+    j = "%s::jsonb"
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        import psycopg
+
+        super().__init__(settings)
+        self.conn = psycopg.connect(
+            host=settings["HOST"] or None,
+            port=settings["PORT"] or None,
+            user=settings["USER"],
+            password=settings["PASSWORD"] or None,
+            dbname=settings["NAME"],
+            autocommit=True,
+        )
+        due = f"{DUE.format(p=self.p)} FOR UPDATE SKIP LOCKED"
+        self.claim_sql = TAKE.format(p=self.p) + f"WHERE id IN ({due}) RETURNING id, name, args"
+
+    def claim(self, batch: int) -> list[tuple[Any, Any, Any]]:
+        token, now = self.token(), self.now()
+        rows = self.conn.execute(self.claim_sql, (RUNNER, token, now, now, batch)).fetchall()
+        return [(row[0], token, row[2]) for row in rows]
+
+
+class _MariaDB(_Driver):
+    vendor = "mysql"
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        import MySQLdb
+
+        super().__init__(settings)
+        kwargs: dict[str, Any] = {
+            "user": settings["USER"],
+            "passwd": settings["PASSWORD"],
+            "db": settings["NAME"],
+            "charset": "utf8mb4",
+            "autocommit": True,
+        }
+        if settings["HOST"]:
+            kwargs["host"] = settings["HOST"]
+        if settings["PORT"]:
+            kwargs["port"] = int(settings["PORT"])
+        self.db = MySQLdb.connect(**kwargs)
+        self.conn = self.db.cursor()
+        # Django's default for MySQL/MariaDB, so both sides lock the same way.
+        self.conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        self.select_sql = DUE.format(p=self.p).replace("SELECT id", "SELECT id, name, args")
+        self.select_sql += " FOR UPDATE SKIP LOCKED"
+
+    def now(self) -> Any:
+        return datetime.now(UTC).replace(tzinfo=None)  # Django stores naive UTC here
+
+    def token(self) -> Any:
+        return str(uuid.uuid4())
+
+    def claim(self, batch: int) -> list[tuple[Any, Any, Any]]:
+        token, now = self.token(), self.now()
+        self.db.begin()
+        try:
+            self.conn.execute(self.select_sql, (batch,))
+            rows = self.conn.fetchall()
+            if rows:
+                marks = ", ".join(["%s"] * len(rows))
+                self.conn.execute(
+                    TAKE.format(p=self.p) + f"WHERE id IN ({marks})",
+                    (RUNNER, token, now, now, *(row[0] for row in rows)),
+                )
+            self.db.commit()
+        except BaseException:
+            self.db.rollback()
+            raise
+        return [(row[0], token, json.loads(row[2])) for row in rows]
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class _SQLite(_Driver):
+    vendor = "sqlite"
+    p = "?"
+    j = "?"
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        import sqlite3
+
+        super().__init__(settings)
+        timeout = float(settings.get("OPTIONS", {}).get("timeout", 30))
+        self.conn = sqlite3.connect(
+            settings["NAME"], timeout=timeout, isolation_level=None, check_same_thread=False
+        )
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.claim_sql = (
+            TAKE.format(p=self.p)
+            + f"WHERE id IN ({DUE.format(p=self.p)}) AND status = 'scheduled' "
+            "RETURNING id, name, args"
+        )
+
+    def now(self) -> Any:
+        return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")  # Django's text format
+
+    def token(self) -> Any:
+        return uuid.uuid4().hex  # Django stores UUIDs as 32 hex digits here
+
+    def claim(self, batch: int) -> list[tuple[Any, Any, Any]]:
+        token, now = self.token(), self.now()
+        rows = self.conn.execute(self.claim_sql, (RUNNER, token, now, now, batch)).fetchall()
+        return [(row[0], token, json.loads(row[2])) for row in rows]
+
+
+DRIVERS: dict[str, type[_Driver]] = {"postgresql": _Postgres, "mysql": _MariaDB, "sqlite": _SQLite}
+
+
+def _execute_run(driver: _Driver, run_id: Any, token: Any, args: Any) -> None:
+    values = list(args)
+    for number, (name, fn) in enumerate(STEPS, start=1):
+        result = fn(*values)
+        driver.record(run_id, str(number), name, values, result)
+        values = [result]
+    driver.finish(run_id, token, values[0])
+
+
+def run_raw_limit(
+    threads: int = 8, batch: int = 1, *, settings: dict[str, Any] | None = None, vendor: str = ""
+) -> RawLimitResult:
+    """Claim and execute every scheduled run with ``threads`` driver connections.
+
+    ``settings`` and ``vendor`` default to Django's ``default`` connection (its
+    ``settings_dict`` after ``create_test_db`` names the benchmark database).
+    """
+    if settings is None or not vendor:
+        from django.db import connection
+
+        settings, vendor = dict(connection.settings_dict), connection.vendor
+    factory: Callable[[dict[str, Any]], _Driver] = DRIVERS[vendor]
+    drivers = [factory(settings) for _ in range(threads)]
+    ready = threading.Barrier(threads + 1)
+    lock = threading.Lock()
+    totals = {"runs": 0, "claims": 0, "last": 0.0}
+    errors: list[BaseException] = []
+
+    def work(driver: _Driver) -> None:
+        runs = claims = 0
+        try:
+            ready.wait()
+            while True:
+                claimed = driver.claim(batch)
+                claims += 1
+                if not claimed:
+                    break
+                for run_id, token, args in claimed:
+                    _execute_run(driver, run_id, token, args)
+                    runs += 1
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            with lock:
+                totals["runs"] += runs
+                totals["claims"] += claims
+                totals["last"] = max(totals["last"], time.monotonic())
+
+    pool = [
+        threading.Thread(target=work, args=(d,), name=f"raw-{i}") for i, d in enumerate(drivers)
+    ]
+    for thread in pool:
+        thread.start()
+    cpu_before = time.process_time()
+    ready.wait()
+    began = time.monotonic()
+    for thread in pool:
+        thread.join()
+    cpu = time.process_time() - cpu_before
+    for driver in drivers:
+        driver.close()
+    if errors:
+        raise errors[0]
+    runs = int(totals["runs"])
+    return RawLimitResult(
+        runs=runs,
+        steps=runs * len(STEPS),
+        threads=threads,
+        batch=batch,
+        wall_s=round(totals["last"] - began, 3),
+        claims=int(totals["claims"]),
+        cpu_s=round(cpu, 3),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import harness
+
+    parser = argparse.ArgumentParser(description="The raw-SQL limit alone, on its own database.")
+    harness.add_common_arguments(parser)
+    parser.add_argument("--runs", type=int, default=500)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=1, help="runs per claim (1)")
+    args = parser.parse_args(argv)
+    harness.install_interrupts()
+    scratch = Path(tempfile.mkdtemp(prefix="everystep-raw-"))
+    harness.configure(args.db, args.source, scratch)
+    harness.setup_django(args.source)
+    from everystep_bench.workflows import bench_three
+
+    original = harness.create_database()
+    try:
+        harness.schedule_runs(bench_three, args.runs)
+        result = run_raw_limit(args.threads, args.batch)
+        span = harness.finished_span()
+    finally:
+        harness.drop_database(original)
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(
+        f"raw limit {args.db}: {result.runs} runs, {result.steps} steps in {result.wall_s}s = "
+        f"{result.runs_per_s:.0f} runs/s ({span['runs_per_s']} from the rows), "
+        f"{result.claims} claims, {1000 * result.cpu_s / max(result.runs, 1):.2f} ms CPU/run"
+    )
+    return 0 if span["completed"] == args.runs else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    raise SystemExit(main())
