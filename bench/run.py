@@ -150,6 +150,7 @@ def measure_pickup(workers: Workers, label: str, samples: int, *flags: str) -> d
         "samples": samples,
         "p50_ms": round(percentile(firsts, 0.5), 1),
         "p90_ms": round(percentile(firsts, 0.9), 1),
+        "p99_ms": round(percentile(firsts, 0.99), 1),
         "max_ms": round(max(firsts), 1),
         "claim_p50_ms": round(percentile(claims, 0.5), 1),
         "exit_code": worker.terminate(),
@@ -253,12 +254,30 @@ def print_table(record: dict[str, Any]) -> None:
         f"{info['python']}, load {info['loadavg_start']} -> {info['loadavg_end']}"
     )
     print(f"\npickup latency: idle worker, poll {PICKUP_POLL:g}s, first step - created_at")
-    head = ("mode", "samples", "p50 ms", "p90 ms", "max ms", "claim p50", "exit")
-    print("  {:<10}{:>8}{:>9}{:>9}{:>9}{:>11}{:>6}".format(*head))
+    head = ("mode", "samples", "p50 ms", "p90 ms", "p99 ms", "max ms", "claim p50", "exit")
+    print("  {:<10}{:>8}{:>9}{:>9}{:>9}{:>9}{:>11}{:>6}".format(*head))
     for row in record["pickup"]:
-        cells = ("mode", "samples", "p50_ms", "p90_ms", "max_ms", "claim_p50_ms", "exit_code")
-        print("  {:<10}{:>8}{:>9}{:>9}{:>9}{:>11}{:>6}".format(*(str(row[c]) for c in cells)))
+        cells = (
+            "mode",
+            "samples",
+            "p50_ms",
+            "p90_ms",
+            "p99_ms",
+            "max_ms",
+            "claim_p50_ms",
+            "exit_code",
+        )
+        print("  {:<10}{:>8}{:>9}{:>9}{:>9}{:>9}{:>11}{:>6}".format(*(str(row[c]) for c in cells)))
     t = record["throughput"]
+    if t is not None:
+        _print_throughput(t)
+    problems = record["worker_problems"]
+    print(f"\nworker log lines at WARNING or above: {len(problems)}")
+    for line in problems[:10]:
+        print(f"  {line}")
+
+
+def _print_throughput(t: dict[str, Any]) -> None:
     print(
         f"\nthroughput: {t['runs']} runs of sequential ({STEPS_PER_RUN} steps), "
         f"{t['workers']} workers x pool {t['pool']}, poll {THROUGHPUT_POLL:g}s"
@@ -273,10 +292,6 @@ def print_table(record: dict[str, Any]) -> None:
         f"  CPU during the phase: {t['cpu_own_s']}s bench + workers, "
         f"{t['cpu_other_s']}s database server and everything else"
     )
-    problems = record["worker_problems"]
-    print(f"\nworker log lines at WARNING or above: {len(problems)}")
-    for line in problems[:10]:
-        print(f"  {line}")
 
 
 def append_result(record: dict[str, Any]) -> None:
@@ -295,6 +310,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pool", type=int, default=8, help="pool per throughput worker (8)")
     parser.add_argument("--samples", type=int, default=30, help="pickup samples per mode (30)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the worker logs")
+    parser.add_argument(
+        "--only", choices=["pickup", "throughput"], help="run one of the two phases only"
+    )
     args = parser.parse_args(argv)
     if min(args.runs, args.workers, args.pool, args.samples) < 1:
         parser.error("--runs, --workers, --pool and --samples must be at least 1")
@@ -308,8 +326,11 @@ def benchmark(args: argparse.Namespace, workers: Workers) -> dict[str, Any]:
     modes = [("notify", ()), ("polling", ("--no-notify",))]
     if connection.vendor != "postgresql":
         modes = [("polling", ())]
-    pickup = [measure_pickup(workers, label, args.samples, *flags) for label, flags in modes]
-    throughput = measure_throughput(workers, args.runs, args.workers, args.pool)
+    pickup, throughput = [], None
+    if args.only != "throughput":
+        pickup = [measure_pickup(workers, label, args.samples, *flags) for label, flags in modes]
+    if args.only != "pickup":
+        throughput = measure_throughput(workers, args.runs, args.workers, args.pool)
     info["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     return {
         "db": args.db,
