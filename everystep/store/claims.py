@@ -211,13 +211,20 @@ UPDATE {_RUNS} SET {marks}
     return None  # MariaDB/MySQL: no UPDATE … RETURNING
 
 
-def claim_due(runner: str, limit: int) -> list[Claim]:
-    """Claim up to ``limit`` scheduled runs for ``runner``, oldest first."""
+def claim_due(runner: str, limit: int, *, idle: bool = False) -> list[Claim]:
+    """Claim up to ``limit`` scheduled runs for ``runner``, oldest first.
+
+    ``idle``: the caller's previous claim found nothing. Where a claim takes a
+    transaction of several statements (MariaDB/MySQL), a plain look for a due run comes
+    first, so the poll of an idle worker is one statement.
+    """
     if limit <= 0:
         return []
     token = uuid.uuid4()
     db, conn = _current()
     if db.claim is None:
+        if idle and not _any_due(db, conn):
+            return []
         return _claim_locking(runner, token, limit)
     now = timezone.now()
     marks = [db.param(c, v) for c, v in take_fields(runner, token, now).items()]
@@ -231,6 +238,12 @@ def claim_due(runner: str, limit: int) -> list[Claim]:
     rows = cursor.fetchall()
     claims = [_claim(runner, token, *row) for row in rows]
     return sorted(claims, key=lambda held: held.run_id)
+
+
+def _any_due(db: _Vendor, conn: Any) -> bool:
+    with db.cursor(conn) as cursor:
+        cursor.execute(f"SELECT 1 FROM {_RUNS} WHERE status = %s LIMIT 1", [Status.SCHEDULED])
+        return cursor.fetchone() is not None
 
 
 def _claim_locking(runner: str, token: uuid.UUID, limit: int) -> list[Claim]:

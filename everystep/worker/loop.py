@@ -90,6 +90,7 @@ class Worker:
         )
         self.ready = self.state.ready  # set once catchup is done and the loop runs
         self._backoff = 0.0
+        self._idle = False  # the last claim found nothing
 
     # -- public -----------------------------------------------------------------------
 
@@ -218,11 +219,12 @@ class Worker:
         batch = self._take_backlog(capacity)
         if len(batch) < capacity:
             try:
-                claimed = store.claim_due(self.name, capacity - len(batch))
+                claimed = store.claim_due(self.name, capacity - len(batch), idle=self._idle)
             except DatabaseError as exc:
                 self._database_down(exc)
             else:
                 self._database_up()
+                self._idle = not claimed
                 if claimed:
                     signals.runs_claimed.send(sender=Worker, runner=self.name, count=len(claimed))
                 batch += claimed

@@ -145,10 +145,10 @@ def test_liveness_fails_when_the_claim_loop_is_wedged(monkeypatch):
     wedged, release = threading.Event(), threading.Event()
     real = store.claim_due
 
-    def maybe_stuck(runner: str, limit: int):
+    def maybe_stuck(runner: str, limit: int, **options: bool):
         if wedged.is_set():
             release.wait(60)
-        return real(runner, limit)
+        return real(runner, limit, **options)
 
     monkeypatch.setattr(store, "claim_due", maybe_stuck)
     port = free_port()

@@ -24,7 +24,9 @@ CLAIM_STATEMENTS = 2 if connection.vendor == "mysql" else 1
 
 @contextmanager
 def counted() -> Iterator[list[str]]:
-    """Every statement this thread's connection sends inside the block."""
+    """Every statement this thread's connection sends inside the block (the connection
+    is opened first: its set-up statements are not the code under test)."""
+    connection.ensure_connection()
     statements: list[str] = []
 
     def count(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
@@ -101,3 +103,14 @@ def test_a_claim_takes_at_most_its_limit():
     assert [claim.run_id for claim in held] == [run.id for run in runs[:2]]
     assert Workflow.objects.filter(status="running").count() == 2
     assert len(store.claim_due("counter", 10)) == 4
+
+
+def test_an_idle_poll_is_one_statement():
+    """A claim after one that found nothing (an idle worker's poll) costs one statement
+    on every database when nothing is due."""
+    with counted() as statements:
+        assert store.claim_due("counter", 4, idle=True) == []
+    assert len(statements) == 1, statements
+    run = schedule(wf.sequential, 1, 1)
+    (held,) = store.claim_due("counter", 4, idle=True)
+    assert held.run_id == run.id
