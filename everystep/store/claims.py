@@ -60,8 +60,21 @@ _STEP_COLUMNS = (
     "started_at",
     "finished_at",
 )
-_FENCE_COLUMNS = tuple(fence(Claim(uuid.UUID(int=0), uuid.UUID(int=0), "")))
-_TAKE_COLUMNS = tuple(take_fields("", uuid.UUID(int=0), None))
+_FENCE = fence(Claim(uuid.UUID(int=0), uuid.UUID(int=0), ""))
+
+
+def _condition(column: str, value: Any, alias: str = "") -> str:
+    """``column = %s``, or with a status, ``column = 'running'``: statuses are constants
+    of the code, and written into the SQL the planner sees them even in a prepared
+    statement's generic plan (with ``status = $1`` PostgreSQL plans for any status and
+    scans the whole table for the claim)."""
+    if isinstance(value, Status):
+        return f"{alias}{column} = '{value.value}'"
+    return f"{alias}{column} = %s"
+
+
+_SCHEDULED = _condition("status", Status.SCHEDULED)
+_TAKE_COLUMNS = tuple(take_fields("", uuid.UUID(int=0), None))  # values: all parameters
 _FINISH_COLUMNS = tuple(finish_fields(Status.FAILED, None, None, None))
 
 
@@ -81,8 +94,8 @@ class _Vendor:
             ),
         }
         share = {"postgresql": "FOR SHARE", "mysql": "LOCK IN SHARE MODE"}.get(vendor, "")
-        held = " AND ".join(f"{column} = %s" for column in _FENCE_COLUMNS)
-        fenced = " AND ".join(f"w.{column} = %s" for column in _FENCE_COLUMNS)
+        held = " AND ".join(_condition(column, value) for column, value in _FENCE.items())
+        fenced = " AND ".join(_condition(c, value, "w.") for c, value in _FENCE.items())
         self.insert_step = self.native(
             f"INSERT INTO {_STEPS} (workflow_id, {', '.join(_STEP_COLUMNS)}) "
             f"SELECT w.id, {', '.join(self.placeholder(c) for c in _STEP_COLUMNS)} "
@@ -144,7 +157,11 @@ class _Vendor:
         return None if value is None else self.forms.get(column, _same)(value)
 
     def fence_params(self, claim: Claim) -> list[Any]:
-        return [self.param(column, value) for column, value in fence(claim).items()]
+        return [
+            self.param(column, value)
+            for column, value in fence(claim).items()
+            if not isinstance(value, Status)
+        ]
 
 
 def _same(value: Any) -> Any:
@@ -199,14 +216,14 @@ def _claim_statement(vendor: str) -> str | None:
         # is evaluated once.
         return f"""
 WITH due AS MATERIALIZED (
-       SELECT id FROM {_RUNS} WHERE status = %s ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED)
-UPDATE {_RUNS} SET {marks} FROM due WHERE {_RUNS}.id = due.id AND {_RUNS}.status = %s
+       SELECT id FROM {_RUNS} WHERE {_SCHEDULED} ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED)
+UPDATE {_RUNS} SET {marks} FROM due WHERE {_RUNS}.id = due.id AND {_RUNS}.{_SCHEDULED}
 {_RETURNING}"""
     if vendor == "sqlite":
         # SQLite holds its write lock for the whole statement: the subquery runs once.
         return f"""
 UPDATE {_RUNS} SET {marks}
- WHERE status = %s AND id IN (SELECT id FROM {_RUNS} WHERE status = %s ORDER BY id LIMIT %s)
+ WHERE {_SCHEDULED} AND id IN (SELECT id FROM {_RUNS} WHERE {_SCHEDULED} ORDER BY id LIMIT %s)
 {_RETURNING}"""
     return None  # MariaDB/MySQL: no UPDATE … RETURNING
 
@@ -229,10 +246,8 @@ def claim_due(runner: str, limit: int, *, idle: bool = False) -> list[Claim]:
     now = timezone.now()
     marks = [db.param(c, v) for c, v in take_fields(runner, token, now).items()]
     marks.append(db.param("started_at", now))
-    if db.vendor == "postgresql":
-        params = [Status.SCHEDULED, limit, *marks, Status.SCHEDULED]
-    else:
-        params = [*marks, Status.SCHEDULED, Status.SCHEDULED, limit]
+    # PostgreSQL's statement names the limit (in its CTE) before the marks.
+    params = [limit, *marks] if db.vendor == "postgresql" else [*marks, limit]
     cursor = db.cursor(conn)
     cursor.execute(db.claim, params)
     rows = cursor.fetchall()
@@ -242,7 +257,7 @@ def claim_due(runner: str, limit: int, *, idle: bool = False) -> list[Claim]:
 
 def _any_due(db: _Vendor, conn: Any) -> bool:
     with db.cursor(conn) as cursor:
-        cursor.execute(f"SELECT 1 FROM {_RUNS} WHERE status = %s LIMIT 1", [Status.SCHEDULED])
+        cursor.execute(f"SELECT 1 FROM {_RUNS} WHERE {_SCHEDULED} LIMIT 1")
         return cursor.fetchone() is not None
 
 
@@ -252,11 +267,11 @@ def _claim_locking(runner: str, token: uuid.UUID, limit: int) -> list[Claim]:
     select = (
         f"SELECT w.id, w.name, w.args, EXISTS ("
         f"SELECT 1 FROM {_STEPS} s WHERE s.workflow_id = w.id) "
-        f"FROM {_RUNS} w WHERE w.status = %s ORDER BY w.id LIMIT %s FOR UPDATE{skip}"
+        f"FROM {_RUNS} w WHERE w.{_SCHEDULED} ORDER BY w.id LIMIT %s FOR UPDATE{skip}"
     )
     now = timezone.now()
     with transaction.atomic(), db.cursor(conn) as cursor:
-        cursor.execute(select, [Status.SCHEDULED, limit])
+        cursor.execute(select, [limit])
         rows = cursor.fetchall()
         if rows:
             marks = [db.param(c, v) for c, v in take_fields(runner, token, now).items()]
