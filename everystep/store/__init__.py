@@ -13,6 +13,7 @@ The status transitions themselves, and the fencing rule, are on the model layer
 
 from everystep.store.claims import claim_due, reclaim_parked
 from everystep.store.reports import (
+    COUNT_CAP,
     list_runs,
     ping,
     prunable_counts,
@@ -48,6 +49,7 @@ from everystep.store.runs import (
 from everystep.store.wake import Listener, can_listen, notify_due
 
 __all__ = [
+    "COUNT_CAP",
     "SETTLE_MODES",
     "Listener",
     "beat",

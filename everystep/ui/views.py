@@ -100,6 +100,7 @@ def runs(request: HttpRequest) -> HttpResponse:
         "refresh_seconds": _refresh(request),
         "statuses": Status.values,
         "counts": store.status_counts(name=name),
+        "count_cap": store.COUNT_CAP,
         "status": status,
         "workflow": name,
         "runner": runner,

@@ -277,3 +277,14 @@ def test_runners_page_shows_heartbeats_and_held_runs(staff):
 def test_runners_page_without_runners(staff):
     """With no heartbeat rows the page says so."""
     assert "No runner has sent a heartbeat." in page(staff, reverse("everystep:runners"))
+
+
+def test_status_counts_stop_at_their_cap():
+    """Counts per status are exact up to the cap and say "more than" beyond it."""
+    from everystep import store
+
+    for _ in range(3):
+        make_run(Status.SCHEDULED)
+    assert store.status_counts(cap=5)["scheduled"] == 3
+    assert store.status_counts(cap=2)["scheduled"] == 3  # cap + 1: "more than 2"
+    assert store.status_counts(cap=2)["completed"] == 0
