@@ -1,7 +1,7 @@
 """everystep against the raw-SQL limit, measured in the same invocation.
 
     .venv/bin/python bench/compare.py --db postgres|mariadb|sqlite [--runs 500] [--pool 8]
-        [--conn-max-age settings|0|600|none ...] [--repeat 3] [--profile]
+        [--workers 1] [--conn-max-age settings|0|600|none ...] [--repeat 3] [--profile]
         [--source PATH] [--label NAME] [--skip-raw] [--keep-logs]
 
 Each round, on a fresh database of its own (``everystep_test_bench_…``, dropped at the end):
@@ -13,7 +13,9 @@ Each round, on a fresh database of its own (``everystep_test_bench_…``, droppe
   ``--source`` tree, started and idle (start-up is not measured), then the same runs are
   scheduled in one transaction and the worker executes them; once per ``--conn-max-age``
   value (``EVERYSTEP_TEST_CONN_MAX_AGE``, read by ``everystep_bench/settings.py``;
-  ``settings`` keeps the test settings' 300).
+  ``settings`` keeps the test settings' 300). ``--workers N``: N such processes with
+  names of their own, and the raw limit on N x ``--pool`` threads (``scaling.py`` runs
+  this for 1, 2, 3 workers).
 
 Throughput for both is completed runs / (last ``completed_at`` - first ``started_at``),
 from the rows. Per phase it also reports the worker's CPU per run and per executed step
@@ -28,21 +30,20 @@ per-round ratios.
 --gil`` attached to the worker (``.venv/bin/pip install py-spy``) and writes its top
 entries to ``bench/profiles/<db>-<label>.txt`` (``<db>-<label>-cma<value>.txt`` when there
 are several values); ``--repeat 0 --profile``: those phases alone.
-``--runs 100000 --skip-raw --repeat 1`` is the long memory run. Every invocation appends
-one JSON line to ``bench/results.jsonl``.
+``--runs 100000 --skip-raw --repeat 1`` is the long memory run (runs are scheduled 10,000
+per INSERT). Every invocation appends one JSON line to ``bench/results.jsonl``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,12 +55,46 @@ THREE_STEPS = 3
 SETTINGS_VALUE = "settings"
 
 
+def add_phase_arguments(
+    parser: argparse.ArgumentParser, runs: int = 500, workers: list[int] | None = None
+) -> None:
+    """The options ``everystep_phase`` and ``raw_phase`` read, for every script that
+    uses them (``history.py``, ``scaling.py``); ``workers``: ``--workers`` takes a list
+    with this default (each phase then gets one of its values)."""
+    parser.add_argument("--runs", type=int, default=runs, help=f"runs per phase ({runs})")
+    parser.add_argument("--pool", type=int, default=8, help="worker --pool (8)")
+    parser.add_argument("--poll", type=float, default=0.05, help="worker --poll (0.05)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        nargs="+" if workers else None,
+        default=workers or 1,
+        help="worker processes per everystep phase, named apart; the raw limit runs "
+        f"workers x pool threads ({' '.join(map(str, workers or [1]))})",
+    )
+    parser.add_argument("--raw-batch", type=int, default=1, help="runs per raw claim (1)")
+    parser.add_argument("--profile-rate", type=int, default=250, help="py-spy samples/s (250)")
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=60,
+        help="before each phase, wait up to this many seconds for the rest of the machine "
+        "to use < 0.25 CPU (60; 0 = do not wait)",
+    )
+    parser.add_argument("--log-level", default="INFO", help="worker log level (INFO)")
+    parser.add_argument("--keep-logs", action="store_true", help="keep worker logs")
+
+
+def check_phase_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    fleets = args.workers if isinstance(args.workers, list) else [args.workers]
+    if min(args.runs, args.pool, *fleets, args.raw_batch) < 1:
+        parser.error("--runs, --pool, --workers and --raw-batch must be at least 1")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     harness.add_common_arguments(parser)
-    parser.add_argument("--runs", type=int, default=500, help="runs per phase (500)")
-    parser.add_argument("--pool", type=int, default=8, help="worker --pool and raw threads (8)")
-    parser.add_argument("--poll", type=float, default=0.05, help="worker --poll (0.05)")
+    add_phase_arguments(parser)
     parser.add_argument(
         "--conn-max-age",
         nargs="+",
@@ -71,22 +106,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--repeat", type=int, default=3, help="rounds (3); 0 with --profile: the profile only"
     )
-    parser.add_argument("--raw-batch", type=int, default=1, help="runs per raw claim (1)")
     parser.add_argument("--skip-raw", action="store_true", help="no raw-limit phase")
     parser.add_argument("--profile", action="store_true", help="one extra phase under py-spy")
-    parser.add_argument("--profile-rate", type=int, default=250, help="py-spy samples/s (250)")
-    parser.add_argument(
-        "--wait-quiet",
-        type=float,
-        default=60,
-        help="before each phase, wait up to this many seconds for the rest of the machine "
-        "to use < 0.25 CPU (60; 0 = do not wait)",
-    )
-    parser.add_argument("--log-level", default="INFO", help="worker log level (INFO)")
-    parser.add_argument("--keep-logs", action="store_true", help="keep worker logs")
     args = parser.parse_args(argv)
-    if min(args.runs, args.pool, args.raw_batch) < 1 or args.repeat < 0:
-        parser.error("--runs, --pool and --raw-batch must be at least 1")
+    check_phase_arguments(parser, args)
+    if args.repeat < 0:
+        parser.error("--repeat must be at least 0")
     if args.repeat == 0 and not args.profile:
         parser.error("--repeat 0 only makes sense with --profile (the profiled phase alone)")
     for value in args.conn_max_age:
@@ -116,12 +141,13 @@ def db_connections_opened(db: str) -> int | None:
     return None
 
 
-def tidy_tables(db: str) -> None:
-    """Empty the run tables; on PostgreSQL also vacuum them, so every phase starts with
-    the same table state."""
+def tidy_tables(db: str, keep_before: uuid.UUID | None = None) -> None:
+    """Empty the run tables (but for the runs with ids below ``keep_before``: a
+    history); on PostgreSQL also vacuum them, so every phase starts with the same table
+    state."""
     from django.db import connection
 
-    harness.clear_runs()
+    harness.clear_runs(since=keep_before)
     if db == "postgres":
         with connection.cursor() as cursor:
             cursor.execute("VACUUM ANALYZE everystep_workflow, everystep_step")
@@ -140,7 +166,7 @@ def raw_phase(args: argparse.Namespace) -> dict[str, Any]:
     conns = db_connections_opened(args.db)
     meter = harness.CpuMeter(args.db)
     meter.begin()
-    result = run_raw_limit(args.pool, args.raw_batch)
+    result = run_raw_limit(args.pool * args.workers, args.raw_batch)
     cpu = meter.end()
     time.sleep(1.1 if args.db == "postgres" else 0)  # session statistics reach the server
     opened = db_connections_opened(args.db)
@@ -164,18 +190,31 @@ def everystep_phase(
     name: str,
     conn_max_age: str,
     profile_to: Path | None = None,
+    keep_before: uuid.UUID | None = None,
 ) -> dict[str, Any]:
+    """``args.workers`` worker processes (``name``, or ``name-w<i>`` for several) execute
+    ``args.runs`` runs of ``bench_three``; runs with ids below ``keep_before`` (a
+    history) stay in the tables and are not counted."""
     from everystep_bench.workflows import bench_three
 
-    tidy_tables(args.db)
+    tidy_tables(args.db, keep_before)
     quiet = harness.wait_quiet(args.wait_quiet)
     env = {"EVERYSTEP_TEST_CONN_MAX_AGE": None if conn_max_age == SETTINGS_VALUE else conn_max_age}
-    worker = workers.start(name, "--pool", str(args.pool), "--poll", str(args.poll), env=env)
-    worker.wait_ready()
-    spy = start_profiler(worker.pid, profile_to, args.profile_rate) if profile_to else None
-    rss = [worker.rss_mb()]
+    fleet = [
+        workers.start(
+            name if args.workers == 1 else f"{name}-w{number}",
+            *("--pool", str(args.pool), "--poll", str(args.poll)),
+            env=env,
+        )
+        for number in range(1, args.workers + 1)
+    ]
+    for worker in fleet:
+        worker.wait_ready()
+    spy = start_profiler(fleet[0].pid, profile_to, args.profile_rate) if profile_to else None
+    rss = [[worker.rss_mb()] for worker in fleet]
     conns = db_connections_opened(args.db)
-    worker_cpu, worker_split = worker.cpu_seconds(), harness.process_cpu_split(worker.pid)
+    split_before = fleet_cpu_split(fleet)
+    since = harness.id_floor()
     harness.schedule_runs(bench_three, args.runs)
     meter = harness.CpuMeter(args.db)
     meter.begin()
@@ -183,42 +222,60 @@ def everystep_phase(
 
     def alive() -> None:
         nonlocal last_rss
-        worker.check_alive()
+        for worker in fleet:
+            worker.check_alive()
         if time.monotonic() - last_rss > 2:
-            rss.append(worker.rss_mb())
+            for samples, worker in zip(rss, fleet, strict=True):
+                samples.append(worker.rss_mb())
             last_rss = time.monotonic()
 
     timeout = max(600.0, args.runs / 10)
     harness.wait_for(lambda: harness.pending_runs() == 0, timeout, 0.1, alive)
-    worker_cpu = worker.cpu_seconds() - worker_cpu
-    split_now = harness.process_cpu_split(worker.pid)
-    user, system = split_now[0] - worker_split[0], split_now[1] - worker_split[1]
+    split_now = fleet_cpu_split(fleet)
+    user, system = split_now[0] - split_before[0], split_now[1] - split_before[1]
+    worker_cpu = user + system
     cpu = meter.end()
     cpu["worker_s"] = round(worker_cpu, 3)
     cpu["worker_user_s"], cpu["worker_system_s"] = round(user, 3), round(system, 3)
     cpu["other_s"] = round(cpu["other_s"] - worker_cpu, 2)
-    rss.append(worker.rss_mb())
+    for samples, worker in zip(rss, fleet, strict=True):
+        samples.append(worker.rss_mb())
     if spy is not None:
         stop_profiler(spy)
     time.sleep(1.1 if args.db == "postgres" else 0)
     opened = db_connections_opened(args.db)
-    exit_code = worker.terminate()
-    span = harness.finished_span()
+    exit_codes = [worker.terminate() for worker in fleet]
+    span = harness.finished_span(since)
     done = max(span["completed"], 1)
     return {
         "phase": "everystep",
         "conn_max_age": conn_max_age,
+        "workers": args.workers,
         "profiled": profile_to is not None,
         **span,
         "worker_cpu_ms_per_run": round(1000 * worker_cpu / done, 3),
         "worker_cpu_ms_per_step": round(1000 * worker_cpu / max(span["steps"], 1), 3),
         "db_cpu_ms_per_run": round(1000 * cpu["db_server_s"] / done, 3),
         "connections_opened": None if conns is None or opened is None else opened - conns,
-        "rss_mb": {"start": rss[0], "end": rss[-1], "max": max(rss), "samples": len(rss)},
+        # The largest worker's: the start, the end, the maximum sampled.
+        "rss_mb": {
+            "start": max(samples[0] for samples in rss),
+            "end": max(samples[-1] for samples in rss),
+            "max": max(max(samples) for samples in rss),
+            "samples": len(rss[0]),
+            # The first worker's at 0, 25, 50, 75 and 100 % of the samples: growth or not.
+            "quartiles": [rss[0][round(q * (len(rss[0]) - 1) / 4)] for q in range(5)],
+        },
         "cpu": cpu,
         "quiet": quiet,
-        "exit_code": exit_code,
+        "exit_code": next((code for code in exit_codes if code != 0), 0),  # None: killed
     }
+
+
+def fleet_cpu_split(fleet: list[harness.WorkerProcess]) -> tuple[float, float]:
+    """(user, system) CPU seconds of the worker processes together."""
+    splits = [harness.process_cpu_split(worker.pid) for worker in fleet]
+    return sum(user for user, _ in splits), sum(system for _, system in splits)
 
 
 def start_profiler(pid: int, output: Path, rate: int) -> subprocess.Popen[bytes]:
@@ -339,8 +396,11 @@ def summarise(rounds: list[list[dict[str, Any]]], args: argparse.Namespace) -> d
     return summary
 
 
-def print_phase(round_no: int, p: dict[str, Any]) -> None:
+def print_phase(round_no: int, p: dict[str, Any], title: str = "") -> None:
     label = "raw" if p["phase"] == "raw" else f"everystep cma={p['conn_max_age']}"
+    label = f"{title} {label}" if title else label
+    if p["phase"] == "everystep" and p.get("workers", 1) > 1:
+        label += f" x{p['workers']}"
     if p["phase"] == "everystep" and p["profiled"]:
         label += " (py-spy)"
     conns = p["connections_opened"]
@@ -356,6 +416,8 @@ def print_phase(round_no: int, p: dict[str, Any]) -> None:
             f"{p['worker_cpu_ms_per_step']:.2f} ms/step  RSS {p['rss_mb']['start']}->"
             f"{p['rss_mb']['end']} MB  exit {p['exit_code']}  "
         )
+        if p["rss_mb"]["samples"] > 10:  # a long phase: does it grow?
+            line += f"RSS quartiles {p['rss_mb'].get('quartiles')}  "
     line += (
         f"db CPU {p['db_cpu_ms_per_run']:.2f} ms/run  conns {conns}  other {p['cpu']['other_s']}s"
     )
@@ -365,17 +427,12 @@ def print_phase(round_no: int, p: dict[str, Any]) -> None:
 
 
 def print_summary(record: dict[str, Any]) -> None:
-    info, args, s = record["machine"], record["args"], record["summary"]
+    args, s = record["args"], record["summary"]
+    harness.print_header(record)
     print(
-        f"\n{info['db_version']}, {info['nproc']} CPUs, load {info['loadavg_start']} -> "
-        f"{info['loadavg_end']}; source {record['source']['path']} "
-        f"({record['source']['commit']}{', dirty' if record['source']['dirty'] else ''}), "
-        f"label {record['label']}"
-    )
-    print(
-        f"{args['runs']} runs of bench_three (3 steps); one worker --pool {args['pool']} "
-        f"--poll {args['poll']}; raw: {args['pool']} threads, claim batch {args['raw_batch']}; "
-        f"medians of {args['repeat']} round(s)"
+        f"{args['runs']} runs of bench_three (3 steps); {args['workers']} worker(s) --pool "
+        f"{args['pool']} --poll {args['poll']}; raw: {args['workers'] * args['pool']} threads, "
+        f"claim batch {args['raw_batch']}; medians of {args['repeat']} round(s)"
     )
     head = ("", "runs/s", "of raw", "wkr ms/run", "ms/step", "db ms/run", "RSS MB", "other s")
     print("  {:<22}{:>8}{:>8}{:>11}{:>9}{:>10}{:>13}{:>9}".format(*head))
@@ -396,49 +453,14 @@ def print_summary(record: dict[str, Any]) -> None:
             m["other_cpu_s_max"],
         )
         print("  {:<22}{:>8}{:>8}{:>11}{:>9}{:>10}{:>13}{:>9}".format(*map(str, cells)))
-    problems = record["worker_problems"]
-    print(f"worker log lines at WARNING or above: {len(problems)}")
-    for line in problems[:10]:
-        print(f"  {line}")
+    harness.print_problems(record)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    harness.install_interrupts()
-    scratch = Path(tempfile.mkdtemp(prefix="everystep-compare-"))
-    harness.configure(args.db, args.source, scratch)
-    harness.setup_django(args.source)
-    workers = harness.Workers(args.source, scratch, args.log_level)
-    original = harness.create_database()
-    record: dict[str, Any] | None = None
-    try:
-        info = harness.machine_info()
-        result = benchmark(args, workers, scratch)
-        info["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-        record = {
-            "kind": "compare",
-            "db": args.db,
-            "label": args.label,
-            "args": {
-                k: (str(v) if isinstance(v, Path) else v)
-                for k, v in vars(args).items()
-                if k != "keep_logs"
-            },
-            "source": harness.source_info(args.source),
-            "machine": info,
-            **result,
-            "worker_problems": workers.problems(),
-        }
-    finally:
-        workers.kill_all()
-        harness.drop_database(original)
-        if args.keep_logs or record is None:
-            print(f"worker logs kept in {scratch}", file=sys.stderr)
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
-    print_summary(record)
-    harness.append_result(record)
-    return 0
+    return harness.run_benchmark(
+        "compare", args, lambda run: benchmark(args, run.workers, run.scratch), print_summary
+    )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""What ``compare.py`` and ``statements.py`` share: which source tree is measured, a
-fresh database, worker subprocesses, CPU and memory readings from ``/proc``.
+"""What the benchmarks share: which source tree is measured, a fresh database (and a
+``session`` that creates and drops it), scheduling and counting runs, worker
+subprocesses, CPU and memory readings from ``/proc``.
 
 The source tree (``--source``, default: the repository this ``bench/`` belongs to) is
 put first on ``sys.path`` and on the workers' ``PYTHONPATH``, so ``everystep`` and the
@@ -16,12 +17,15 @@ import json
 import math
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -182,6 +186,94 @@ def append_result(record: dict[str, Any]) -> None:
         out.write(json.dumps(record, sort_keys=True) + "\n")
 
 
+@dataclass
+class Session:
+    """What a benchmark run has while its database exists."""
+
+    scratch: Path  # worker logs and other scratch files
+    workers: Workers
+    info: dict[str, Any]  # machine_info() at the start
+
+
+@contextmanager
+def session(args: argparse.Namespace, prefix: str) -> Iterator[Session]:
+    """Set up Django on a fresh benchmark database (``args.db``, ``args.source``) and
+    drop it afterwards, whatever happens; worker logs are kept (and their folder
+    printed) with ``args.keep_logs`` or when the benchmark did not finish."""
+    install_interrupts()
+    scratch = Path(tempfile.mkdtemp(prefix=prefix))
+    configure(args.db, args.source, scratch)
+    setup_django(args.source)
+    workers = Workers(args.source, scratch, getattr(args, "log_level", "INFO"))
+    original = create_database()
+    finished = False
+    try:
+        yield Session(scratch, workers, machine_info())
+        finished = True
+    finally:
+        workers.kill_all()
+        drop_database(original)
+        if getattr(args, "keep_logs", False) or not finished:
+            print(f"worker logs kept in {scratch}", file=sys.stderr)
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def result_record(
+    kind: str, args: argparse.Namespace, run: Session, **parts: Any
+) -> dict[str, Any]:
+    """One line of ``results.jsonl``: what was measured, with what, where, and the
+    workers' complaints; call inside ``session``."""
+    run.info["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    return {
+        "kind": kind,
+        "db": args.db,
+        "label": args.label,
+        "args": {
+            k: (str(v) if isinstance(v, Path) else v)
+            for k, v in vars(args).items()
+            if k != "keep_logs"
+        },
+        "source": source_info(args.source),
+        "machine": run.info,
+        **parts,
+        "worker_problems": run.workers.problems(),
+    }
+
+
+def run_benchmark(
+    kind: str,
+    args: argparse.Namespace,
+    benchmark: Callable[[Session], dict[str, Any]],
+    report: Callable[[dict[str, Any]], None],
+) -> int:
+    """A benchmark script's main: ``benchmark(session)`` on a fresh database, then its
+    result line reported (``report``) and appended to ``results.jsonl``."""
+    with session(args, f"everystep-{kind}-") as current:
+        record = result_record(kind, args, current, **benchmark(current))
+    report(record)
+    append_result(record)
+    return 0
+
+
+def print_header(record: dict[str, Any]) -> None:
+    """The first line of a report: database, machine, load, the source measured."""
+    info, source = record["machine"], record["source"]
+    print(
+        f"\n{info['db_version']}, {info['nproc']} CPUs, load {info['loadavg_start']} -> "
+        f"{info['loadavg_end']}; source {source['path']} "
+        f"({source['commit']}{', dirty' if source['dirty'] else ''}), label {record['label']}"
+    )
+
+
+def print_problems(record: dict[str, Any]) -> None:
+    """The last lines of a report: the workers' log lines at WARNING or above."""
+    problems = record["worker_problems"]
+    print(f"worker log lines at WARNING or above: {len(problems)}")
+    for line in problems[:10]:
+        print(f"  {line}")
+
+
 # -- a shared database server ------------------------------------------------------------
 #
 # Other sessions on the machine may restart the database server in the middle of a
@@ -257,22 +349,56 @@ def attempts(
 # -- runs --------------------------------------------------------------------------------
 
 
-def clear_runs() -> None:
+def id_floor(at: float | None = None) -> uuid.UUID:
+    """The smallest run id (UUIDv7: the high 48 bits are the Unix time in ms) made at or
+    after ``at`` (seconds since the epoch; now by default): runs scheduled from now on
+    have ids ``>=`` it, so it separates them from older rows such as a history."""
+    ms = int((time.time() if at is None else at) * 1000)
+    return uuid.UUID(int=(ms & ((1 << 48) - 1)) << 80)
+
+
+def _runs_since(since: uuid.UUID | None) -> tuple[Any, Any]:
+    """(runs, steps) querysets: every row, or those of runs with ids ``>= since``."""
     from everystep.models import Step, Workflow
 
-    Step.objects.all().delete()
-    Workflow.objects.all().delete()
+    if since is None:
+        return Workflow.objects.all(), Step.objects.all()
+    return Workflow.objects.filter(id__gte=since), Step.objects.filter(workflow_id__gte=since)
+
+
+def clear_runs(since: uuid.UUID | None = None) -> None:
+    """Delete every run and step, or only those of runs with ids ``>= since``."""
+    runs, steps = _runs_since(since)
+    steps.delete()
+    runs.delete()
+
+
+SCHEDULE_BATCH = 10_000
 
 
 def schedule_runs(workflow: Callable[..., Any], runs: int) -> None:
-    """``runs`` runs of ``workflow(i, 1)``, scheduled in one transaction."""
+    """``runs`` runs of ``workflow(i, 1)``, scheduled in one transaction: the rows
+    ``everystep.schedule`` makes, inserted ``SCHEDULE_BATCH`` per statement (fewer where
+    the database limits a statement's parameters), and one wake-up (PostgreSQL NOTIFY
+    keeps one of identical notifications per transaction anyway)."""
     from django.db import transaction
 
-    from everystep import schedule
+    from everystep import registry, serde
+    from everystep.models import Workflow
+    from everystep.store.wake import notify_due
 
+    defn = registry.workflow_def(workflow)
+    if defn is None:
+        raise TypeError(f"{workflow!r} is not a @workflow function")
+    where = f"arguments of workflow {defn.name}"
     with transaction.atomic():
-        for i in range(runs):
-            schedule(workflow, i, 1)
+        for first in range(0, runs, SCHEDULE_BATCH):
+            batch = [
+                Workflow(name=defn.name, args=serde.encode([i, 1], where))
+                for i in range(first, min(first + SCHEDULE_BATCH, runs))
+            ]
+            Workflow.objects.bulk_create(batch, batch_size=SCHEDULE_BATCH)
+        notify_due()
 
 
 def pending_runs() -> int:
@@ -281,32 +407,26 @@ def pending_runs() -> int:
     return Workflow.objects.filter(status__in=[Status.SCHEDULED, Status.RUNNING]).count()
 
 
-def finished_span() -> dict[str, Any]:
+def finished_span(since: uuid.UUID | None = None) -> dict[str, Any]:
     """Completed runs and step rows, and runs/s from the first claim (``started_at``) to
-    the last ``completed_at``: the same rows measure everystep and the raw limit."""
-    from django.db.models import Max, Min
+    the last ``completed_at``: the same rows measure everystep and the raw limit. Only
+    runs with ids ``>= since`` when given (a phase's runs, not a history's)."""
+    from django.db.models import Count, Max, Min
 
-    from everystep.models import Status, Step, Workflow
+    from everystep.models import Status
 
-    done = Workflow.objects.filter(status=Status.COMPLETED)
+    runs, steps = _runs_since(since)
+    done = runs.filter(status=Status.COMPLETED)
     span = done.aggregate(first=Min("started_at"), last=Max("completed_at"))
-    completed, steps = done.count(), Step.objects.count()
+    completed, step_rows = done.count(), steps.count()
     seconds = (span["last"] - span["first"]).total_seconds() if completed else math.nan
     return {
         "completed": completed,
-        "steps": steps,
+        "steps": step_rows,
         "span_s": round(seconds, 3),
         "runs_per_s": round(completed / seconds, 1) if completed else 0.0,
-        "statuses": _status_counts(),
+        "statuses": dict(runs.order_by().values_list("status").annotate(n=Count("id"))),
     }
-
-
-def _status_counts() -> dict[str, int]:
-    from django.db.models import Count
-
-    from everystep.models import Workflow
-
-    return dict(Workflow.objects.values_list("status").annotate(n=Count("id")))
 
 
 def wait_for(
@@ -396,7 +516,8 @@ def wait_quiet(max_wait: float, threshold: float = 0.25) -> dict[str, Any]:
 @dataclass
 class CpuMeter:
     """Busy CPU seconds over a phase: the machine, this process, a worker, the database
-    server, and the rest (``other_s``: anything else running, a disturbance indicator)."""
+    server, and the rest (``other_s``: anything else running, a disturbance indicator);
+    and the phase's wall time (``wall_s``: busy seconds / ``wall_s`` = CPUs in use)."""
 
     db: str
     worker_pid: int | None = None
@@ -406,6 +527,7 @@ class CpuMeter:
         own = process_cpu_seconds(os.getpid())
         worker = process_cpu_seconds(self.worker_pid) if self.worker_pid else 0.0
         return {
+            "wall": time.monotonic(),
             "machine": machine_busy_seconds(),
             "bench": own,
             "worker": worker,
@@ -425,6 +547,7 @@ class CpuMeter:
             "db_server_s": round(d["db_server"], 3),
             "other_s": round(other, 2),
             "machine_s": round(d["machine"], 2),
+            "wall_s": round(d["wall"], 3),
         }
 
 
