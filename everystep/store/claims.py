@@ -213,11 +213,13 @@ def _claim_statement(vendor: str) -> str | None:
         # The locking subquery must run exactly once. Inside `id IN (…)` the planner may
         # run it again for each candidate row, and with SKIP LOCKED every run returns
         # other rows: the UPDATE would take far more than LIMIT runs. A materialized CTE
-        # is evaluated once.
+        # is evaluated once. The UPDATE joins it by primary key alone: the CTE's rows are
+        # locked and were re-checked as scheduled under the lock, and a second status
+        # condition made the planner walk every scheduled run for each claim.
         return f"""
 WITH due AS MATERIALIZED (
        SELECT id FROM {_RUNS} WHERE {_SCHEDULED} ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED)
-UPDATE {_RUNS} SET {marks} FROM due WHERE {_RUNS}.id = due.id AND {_RUNS}.{_SCHEDULED}
+UPDATE {_RUNS} SET {marks} FROM due WHERE {_RUNS}.id = due.id
 {_RETURNING}"""
     if vendor == "sqlite":
         # SQLite holds its write lock for the whole statement: the subquery runs once.
