@@ -67,22 +67,22 @@ def requeue_orphans(timeout: float) -> list[tuple[UUID, str, str | None]]:
 def _requeue_held(**held_by: Any) -> list[tuple[UUID, str, str | None]]:
     """Requeue the ``running`` runs matching ``held_by``; returns what was requeued.
 
-    Marks the rows with a fresh claim token first, in autocommit: a single statement, so
-    the usual case (nothing to requeue) costs one round trip and no transaction, and on
-    SQLite the first statement is a write (it waits for the lock instead of failing).
-    The new token fences out any late write of the old holder and names exactly the
-    rows to requeue; if this process dies before requeueing them, they are still held
-    by the dead runner and the next pass marks them again.
+    A plain look comes first, in autocommit: the usual case (nothing to requeue, every
+    few seconds in every worker) costs one statement and no transaction. Then, in one
+    transaction, the rows are marked with a fresh claim token: the transaction begins
+    with a write (SQLite then waits for its lock instead of failing), the rows reported
+    are exactly the rows requeued, and the new token fences out any late write of the
+    old holder. Marking and requeueing commit together, so no run is ever left running
+    under a token nobody holds.
     """
-    token = uuid.uuid4()
-    marked = Workflow.objects.filter(status=Status.RUNNING, **held_by).update(claim_token=token)
-    if not marked:
+    candidates = Workflow.objects.filter(status=Status.RUNNING, **held_by)
+    if not candidates.exists():
         return []
+    token = uuid.uuid4()
     with transaction.atomic():
+        if not candidates.update(claim_token=token):
+            return []
         mine = Workflow.objects.filter(status=Status.RUNNING, claim_token=token)
-        # Write first: SQLite then waits for its write lock rather than failing at once
-        # when a read would have to turn into a write.
-        mine.update(updated_at=timezone.now())
         requeued = list(mine.values_list("id", "name", "claimed_by"))
         mine.requeue()
         notify_due()
