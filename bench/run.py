@@ -12,27 +12,22 @@ numbers are measurements of this machine at this moment, not targets any test as
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import platform
 import random
 import resource
 import shutil
-import signal
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from worker_processes import WorkerProcess, Workers
+import harness
+from harness import WorkerProcess, Workers, append_result, drop_database, machine_info
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results.jsonl"
 STEPS_PER_RUN = 4  # tests.testapp.workflows.sequential: add, double, pair, peek
 PICKUP_POLL = 1.0
 THROUGHPUT_POLL = 0.05
@@ -40,52 +35,6 @@ PHASE_TIMEOUT = 600.0
 
 
 # -- database ------------------------------------------------------------------------
-
-
-def configure_environment(db: str, scratch: Path) -> None:
-    """Point ``tests.settings`` at a fresh, uniquely named database before Django loads."""
-    for key in [k for k in os.environ if k.startswith("EVERYSTEP_")]:
-        if not key.startswith("EVERYSTEP_TEST_") or key == "EVERYSTEP_TEST_SUBPROCESS":
-            del os.environ[key]
-    os.environ["EVERYSTEP_TEST_DB"] = db
-    os.environ["EVERYSTEP_TEST_DB_SUFFIX"] = f"bench_{uuid.uuid4().hex[:8]}"
-    os.environ["EVERYSTEP_TEST_SQLITE_DIR"] = str(scratch)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
-    sys.path.insert(0, str(ROOT))
-
-
-def database_version() -> str:
-    from django.db import connection
-
-    query = {
-        "postgresql": "SHOW server_version",
-        "mysql": "SELECT VERSION()",
-        "sqlite": "SELECT sqlite_version()",
-    }[connection.vendor]
-    with connection.cursor() as cursor:
-        cursor.execute(query)
-        return f"{connection.display_name} {cursor.fetchone()[0]}"
-
-
-def drop_database(original_name: str) -> None:
-    """Drop the benchmark database, if it got as far as being created."""
-    from django.db import DatabaseError, connection
-
-    name = str(connection.settings_dict["NAME"])
-    # Before create_test_db switches NAME, it still names the server's own database.
-    if "everystep_test_bench_" not in name:
-        return
-    if connection.vendor == "sqlite" and not os.path.exists(name):
-        return
-    # Other people's test suites may restart the server meanwhile: retry for a while.
-    for _ in range(10):
-        try:
-            connection.creation.destroy_test_db(original_name, verbosity=0)
-            return
-        except DatabaseError as exc:
-            error = exc
-            time.sleep(2)
-    print(f"could not drop database {name} ({error}): drop it by hand", file=sys.stderr)
 
 
 def clear_runs() -> None:
@@ -247,17 +196,6 @@ def finished_counts() -> dict[str, Any]:
 # -- reporting -----------------------------------------------------------------------
 
 
-def machine_info(db_version: str) -> dict[str, Any]:
-    return {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "nproc": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "db_version": db_version,
-        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
-    }
-
-
 def print_table(record: dict[str, Any]) -> None:
     info = record["machine"]
     print(
@@ -323,11 +261,6 @@ def _print_throughput(t: dict[str, Any]) -> None:
     )
 
 
-def append_result(record: dict[str, Any]) -> None:
-    with open(RESULTS, "a", encoding="utf-8") as out:
-        out.write(json.dumps(record, sort_keys=True) + "\n")
-
-
 # -- main ----------------------------------------------------------------------------
 
 
@@ -351,7 +284,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def benchmark(args: argparse.Namespace, workers: Workers) -> dict[str, Any]:
     from django.db import connection
 
-    info = machine_info(database_version())
+    info = machine_info()
     modes = [("notify", ()), ("polling", ("--no-notify",))]
     if connection.vendor != "postgresql":
         modes = [("polling", ())]
@@ -371,25 +304,18 @@ def benchmark(args: argparse.Namespace, workers: Workers) -> dict[str, Any]:
     }
 
 
-def interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    # SIGTERM (and SIGINT, even when a background shell ignores it) must reach the
-    # ``finally`` that kills the workers and drops the database.
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, interrupt)
+    harness.install_interrupts()  # the ``finally`` kills the workers, drops the database
     scratch = Path(tempfile.mkdtemp(prefix="everystep-bench-"))
-    configure_environment(args.db, scratch)
+    harness.configure(args.db, ROOT, scratch)
 
     import django
 
     django.setup()
     from django.db import connection
 
-    workers = Workers(scratch)
+    workers = Workers(ROOT, scratch)
     original_name = connection.settings_dict["NAME"]
     record: dict[str, Any] | None = None
     try:
