@@ -498,12 +498,9 @@ DB_KEYS = ("statements", "transactions", "sessions_seen", "connections")
 
 
 def print_report(record: dict[str, Any]) -> None:
-    a, info = record["anatomy"], record["machine"]
-    print(
-        f"\nstatements: {info['db_version']}; source {record['source']['path']} "
-        f"({record['source']['commit']}{', dirty' if record['source']['dirty'] else ''}), "
-        f"label {record['label']}\ncounted at the database: {record['db_side']}"
-    )
+    a = record["anatomy"]
+    harness.print_header(record)
+    print(f"counted at the database: {record['db_side']}")
     print("\nA. embedded Worker(pool_size=1), one run claimed at a time, per run:")
     for name in ("bench_one", "bench_three"):
         print(f"  {name:<12} in process: {fmt(a[name]['in_process'], IN_KEYS)}")
@@ -532,26 +529,24 @@ def print_report(record: dict[str, Any]) -> None:
             f"\nB. one worker --pool {record['args']['pool']} --poll {record['args']['poll']}, "
             f"CONN_MAX_AGE {b['conn_max_age']}, {b['completed']}/{b['runs']} runs, per run:"
         )
-        print(f"  in the worker: {fmt(p['in_process'], IN_KEYS)}")
-        for group, values in p["by_group"].items():
-            print(f"    {group:<10} {fmt(values, IN_KEYS)}")
-        print(f"  at the db: {fmt(p['db'], DB_KEYS)}")
-        if p["db_kinds"]:
-            print(f"    by kind: {fmt(p['db_kinds'], tuple(p['db_kinds']))}")
+        print_counts(p)
     c = record["idle"]["per_second"]
     print(
         f"\nC. idle worker, {record['idle']['flags']}, {record['idle']['seconds']:g} s, per second:"
     )
-    print(f"  in the worker: {fmt(c['in_process'], IN_KEYS)}")
-    for group, values in c["by_group"].items():
+    print_counts(c)
+    print()
+    harness.print_problems(record)
+
+
+def print_counts(counts: dict[str, Any]) -> None:
+    """One worker's statements, in the worker by thread group and at the database."""
+    print(f"  in the worker: {fmt(counts['in_process'], IN_KEYS)}")
+    for group, values in counts["by_group"].items():
         print(f"    {group:<10} {fmt(values, IN_KEYS)}")
-    print(f"  at the db: {fmt(c['db'], DB_KEYS)}")
-    if c["db_kinds"]:
-        print(f"    by kind: {fmt(c['db_kinds'], tuple(c['db_kinds']))}")
-    problems = record["worker_problems"]
-    print(f"\nworker log lines at WARNING or above: {len(problems)}")
-    for line in problems[:10]:
-        print(f"  {line}")
+    print(f"  at the db: {fmt(counts['db'], DB_KEYS)}")
+    if counts["db_kinds"]:
+        print(f"    by kind: {fmt(counts['db_kinds'], tuple(counts['db_kinds']))}")
 
 
 def main(argv: list[str] | None = None) -> int:
