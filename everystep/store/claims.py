@@ -156,6 +156,11 @@ class _Vendor:
         """``value`` as the driver takes it for ``column``."""
         return None if value is None else self.forms.get(column, _same)(value)
 
+    def mark_params(self, runner: str, token: uuid.UUID, now: datetime) -> list[Any]:
+        """The parameters of ``_marks()``: what a claim writes."""
+        marks = [self.param(c, v) for c, v in take_fields(runner, token, now).items()]
+        return [*marks, self.param("started_at", now)]
+
     def fence_params(self, claim: Claim) -> list[Any]:
         return [
             self.param(column, value)
@@ -246,8 +251,7 @@ def claim_due(runner: str, limit: int, *, idle: bool = False) -> list[Claim]:
             return []
         return _claim_locking(runner, token, limit)
     now = timezone.now()
-    marks = [db.param(c, v) for c, v in take_fields(runner, token, now).items()]
-    marks.append(db.param("started_at", now))
+    marks = db.mark_params(runner, token, now)
     # PostgreSQL's statement names the limit (in its CTE) before the marks.
     params = [limit, *marks] if db.vendor == "postgresql" else [*marks, limit]
     cursor = db.cursor(conn)
@@ -276,8 +280,7 @@ def _claim_locking(runner: str, token: uuid.UUID, limit: int) -> list[Claim]:
         cursor.execute(select, [limit])
         rows = cursor.fetchall()
         if rows:
-            marks = [db.param(c, v) for c, v in take_fields(runner, token, now).items()]
-            marks.append(db.param("started_at", now))
+            marks = db.mark_params(runner, token, now)
             ids = ", ".join(["%s"] * len(rows))
             cursor.execute(
                 f"UPDATE {_RUNS} SET {_marks()} WHERE id IN ({ids})", marks + [r[0] for r in rows]
