@@ -25,5 +25,5 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     try:
         conf.worker_options()
     except options.OptionError as exc:
-        errors += [checks.Error(problem, id="everystep.E003") for problem in str(exc).split("; ")]
+        errors += [checks.Error(problem, id="everystep.E003") for problem in exc.problems]
     return errors

@@ -29,8 +29,12 @@ NOT_SET = object()
 
 
 class OptionError(ValueError):
-    """Worker options with values outside their limits; one line per problem, each naming
-    the option (or the Django setting it was read from)."""
+    """Worker options with values outside their limits; ``problems`` has one line per
+    problem, each naming the option (or the Django setting it was read from)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
 
 
 @dataclass(frozen=True)
@@ -219,7 +223,7 @@ def resolve(given: Mapping[str, Any], setting: Callable[[str], Any]) -> dict[str
     """
     unknown = sorted(set(given) - set(BY_NAME))
     if unknown:
-        raise OptionError(f"unknown worker option(s): {', '.join(unknown)}")
+        raise OptionError([f"unknown worker option(s): {', '.join(unknown)}"])
     values: dict[str, Any] = {}
     labels: dict[str, str] = {}
     problems: list[str] = []
@@ -243,7 +247,7 @@ def resolve(given: Mapping[str, Any], setting: Callable[[str], Any]) -> dict[str
             if broken:
                 problems.append(f"{labels[name]} {broken}")
     if problems:
-        raise OptionError("; ".join(problems))
+        raise OptionError(problems)
     return values
 
 
