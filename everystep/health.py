@@ -1,9 +1,11 @@
 """Liveness and readiness of a worker, as Kubernetes probes and the image HEALTHCHECK
 see them.
 
-- *Liveness*: the claim loop has ticked recently. A wedged loop (stuck on a lock, a
-  hung database call without timeout) fails it, so the supervisor restarts the process.
-  While draining the loop no longer ticks on purpose, so liveness holds.
+- *Liveness*: the claim loop has ticked recently and the heartbeat thread has beaten
+  recently. A wedged loop (stuck on a lock, a hung database call without timeout) or a
+  heartbeat thread that hangs or dies fails it, so the supervisor restarts the process
+  (a worker whose heartbeat stopped would otherwise lose its runs to orphan recovery).
+  While draining the loop no longer ticks on purpose, so the loop's part holds.
 - *Readiness*: the database answers, everystep's migrations are applied, and the worker
   is not draining.
 """
@@ -14,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from django.db import DatabaseError, connections
+from django.db import connections
 
 from everystep import store
 
@@ -32,14 +34,19 @@ class Probe:
 
 
 def liveness(worker: WorkerState) -> Probe:
-    """Is the claim loop ticking?"""
-    age = time.monotonic() - worker.last_tick
-    ok = worker.draining or age <= worker.liveness_timeout
+    """Is the claim loop ticking, and is the heartbeat thread beating?"""
+    now = time.monotonic()
+    age = now - worker.last_tick
+    beat_age = now - worker.last_beat
+    ticking = worker.draining or age <= worker.liveness_timeout
+    beating = beat_age <= worker.heartbeat_limit
     return Probe(
-        ok,
+        ticking and beating,
         {
             "last_tick_age_seconds": round(age, 3),
             "limit_seconds": worker.liveness_timeout,
+            "last_heartbeat_age_seconds": round(beat_age, 3),
+            "heartbeat_limit_seconds": worker.heartbeat_limit,
             "draining": worker.draining,
         },
     )
@@ -63,7 +70,7 @@ class Readiness:
                 if missing:
                     checks["unapplied_migrations"] = missing
             checks["migrations"] = "ok" if self._migrated else "missing"
-        except DatabaseError as exc:
+        except store.DATABASE_ERRORS as exc:
             checks["database"] = f"unreachable: {exc}".strip()
         finally:
             connections.close_all()  # probes run on the HTTP server's threads

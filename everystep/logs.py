@@ -69,12 +69,20 @@ def _on_run_finished(sender: Any, **kwargs: Any) -> None:
 
 
 def _on_run_requeued(sender: Any, **kwargs: Any) -> None:
-    logger.info(
+    dead = kwargs.get("dead_runner")
+    if dead is not None:
+        # Another runner went silent holding this run: worth an operator's look.
+        extra = _fields("run.orphan_requeued", kwargs) | {"dead_runner": dead}
+        level = logging.WARNING
+    else:
+        extra, level = _fields("run.requeued", kwargs), logging.INFO
+    logger.log(
+        level,
         "run %s (%s) requeued: %s",
         kwargs["run_id"],
         kwargs["workflow"],
         kwargs["reason"],
-        extra=_fields("run.requeued", kwargs),
+        extra=extra,
     )
 
 

@@ -25,7 +25,8 @@ step_recorded = Signal(use_caching=True)
 #: blocked), ``duration`` (seconds of this pass), ``error`` (encoded, or None),
 #: ``exc`` (the exception object, or None).
 run_finished = Signal(use_caching=True)
-#: A run was put back to ``scheduled`` without an outcome. Extra: ``reason``.
+#: A run was put back to ``scheduled`` without an outcome (a drain, orphan recovery).
+#: Extra: ``reason``; ``dead_runner`` when the run was taken from a silent runner.
 run_requeued = Signal(use_caching=True)
 #: A pass ended without writing an outcome (claim lost, row deleted, simulated crash).
 #: Extra: ``reason``.

@@ -125,13 +125,7 @@ def _settle(claim: Claim, workflow: str, began: float, exc: BaseException) -> Pa
         raise exc
     if isinstance(exc, DrainRequested):
         if store.requeue_run(claim):
-            signals.run_requeued.send(
-                sender=RunState,
-                run_id=claim.run_id,
-                workflow=workflow,
-                runner=claim.runner,
-                reason=str(exc),
-            )
+            report_requeued(claim.run_id, workflow, claim.runner, str(exc))
             return PassResult("requeued", exc)
         return _abandon(claim, workflow, "claim lost before the drain requeue")
     if isinstance(exc, RunInterrupted):
@@ -178,6 +172,21 @@ def _finish(
         exc=exc,
     )
     return PassResult(status, exc)
+
+
+def fail(claim: Claim, workflow: str, exc: BaseException) -> PassResult:
+    """Fail ``claim``'s run with ``exc`` the way every outcome is given: written fenced
+    by the claim, then logged, counted and reported by the ``run_finished`` receivers.
+    For a pass that crashed outside the engine's own handling."""
+    return _finish(claim, workflow, time.monotonic(), Status.FAILED, exc=exc)
+
+
+def report_requeued(run_id: Any, workflow: str, runner: str, reason: str, **extra: Any) -> None:
+    """Announce a run put back to ``scheduled`` (drain, orphan recovery), so logs and
+    metrics see every requeue the same way. ``extra``: e.g. ``dead_runner``."""
+    signals.run_requeued.send(
+        sender=RunState, run_id=run_id, workflow=workflow, runner=runner, reason=reason, **extra
+    )
 
 
 def _abandon(

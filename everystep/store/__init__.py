@@ -11,6 +11,9 @@ The status transitions themselves, and the fencing rule, are on the model layer
 (``everystep.models.WorkflowQuerySet``).
 """
 
+from django.db import DatabaseError, InterfaceError
+
+from everystep.errors import StoreUnavailable
 from everystep.store.claims import claim_due, reclaim_parked
 from everystep.store.reports import (
     COUNT_CAP,
@@ -48,9 +51,17 @@ from everystep.store.runs import (
 )
 from everystep.store.wake import Listener, can_listen, notify_due
 
+# What a database outage raises through Django: ``InterfaceError`` (a connection closed
+# under the driver) is not a ``DatabaseError``, and must not end a worker's loop either.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (DatabaseError, InterfaceError)
+# The same, as the engine's store calls report it.
+UNREACHABLE: tuple[type[BaseException], ...] = (*DATABASE_ERRORS, StoreUnavailable)
+
 __all__ = [
     "COUNT_CAP",
+    "DATABASE_ERRORS",
     "SETTLE_MODES",
+    "UNREACHABLE",
     "Listener",
     "beat",
     "can_listen",

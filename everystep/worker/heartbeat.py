@@ -8,9 +8,10 @@ import threading
 import uuid
 from typing import Any
 
-from django.db import DatabaseError, connections
+from django.db import connections
 
 from everystep import store
+from everystep.engine.execute import report_requeued
 from everystep.worker.state import WorkerState
 
 logger = logging.getLogger("everystep.worker")
@@ -41,24 +42,21 @@ class Heartbeat(threading.Thread):
 
     def recover_orphans(self) -> None:
         for run_id, workflow, dead in store.requeue_orphans(self.orphan_timeout):
-            logger.warning(
-                "run %s (%s) requeued: runner %s stopped sending heartbeats",
+            report_requeued(
                 run_id,
                 workflow,
-                dead,
-                extra={
-                    "event": "run.orphan_requeued",
-                    "run_id": str(run_id),
-                    "workflow": workflow,
-                    "runner": self.runner,
-                    "dead_runner": dead,
-                },
+                self.runner,
+                f"runner {dead} stopped sending heartbeats",
+                dead_runner=dead,
             )
 
     def run(self) -> None:
         try:
             while not self.stop_event.wait(self.interval):
                 self._tick()
+                # Liveness reads this: a heartbeat thread that hangs or dies fails the
+                # probe, instead of this live worker's runs being taken as orphans unseen.
+                self.worker.beat_attempted()
         finally:
             connections.close_all()
 
@@ -67,9 +65,17 @@ class Heartbeat(threading.Thread):
             self.beat()
             if self.orphan_timeout > 0 and not self.worker.draining:
                 self.recover_orphans()
-        except DatabaseError as exc:
+        except store.DATABASE_ERRORS as exc:
             logger.warning(
                 "heartbeat failed (%s); retrying", exc, extra=self._extra("worker.heartbeat_failed")
+            )
+            connections.close_all()
+        except Exception:
+            # Anything else (a bug, a broken signal receiver) must not end the thread:
+            # a silent runner loses its runs to orphan recovery.
+            logger.exception(
+                "heartbeat failed unexpectedly; retrying",
+                extra=self._extra("worker.heartbeat_failed"),
             )
             connections.close_all()
 
@@ -80,7 +86,7 @@ class Heartbeat(threading.Thread):
             self.join(timeout=self.interval + 5)
         try:
             store.forget_runner(self.runner, self.boot_id)
-        except DatabaseError as exc:
+        except store.DATABASE_ERRORS as exc:
             logger.warning(
                 "could not remove the heartbeat row: %s",
                 exc,

@@ -57,6 +57,7 @@ class ProbeServer:
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+        self.thread.join()
         if self.collector is not None:
             import prometheus_client
 

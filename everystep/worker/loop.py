@@ -19,13 +19,12 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, connection, connections
+from django.db import connection, connections
 from django.utils import timezone
 
-from everystep import conf, options, sentry, signals, store
-from everystep.engine.execute import PassResult, encode_outcome_error, run_pass
+from everystep import conf, options, signals, store
+from everystep.engine.execute import PassResult, fail, run_pass
 from everystep.errors import EverystepError, StoreUnavailable
-from everystep.models import Status
 from everystep.values import Claim
 from everystep.worker import shutdown
 from everystep.worker.connections import keep_connections
@@ -87,6 +86,7 @@ class Worker:
             metrics_port=self.metrics_port,
             metrics_bind=self.metrics_bind,
             liveness_timeout=self.liveness_timeout,
+            heartbeat_interval=self.heartbeat_interval,
         )
         self.ready = self.state.ready  # set once catchup is done and the loop runs
         self._backoff = 0.0
@@ -126,6 +126,7 @@ class Worker:
         beat = Heartbeat(state, self.heartbeat_interval, self.orphan_timeout)
         listen_stop = threading.Event()
         listening = threading.Event()  # stays clear without NOTIFY
+        listener: store.Listener | None = None
         try:
             self._start(beat)
             beat.start()
@@ -144,6 +145,10 @@ class Worker:
         finally:
             listen_stop.set()
             clean = shutdown.drain(state, executor, beat, self.reap)
+            if listener is not None:
+                # It notices the stop within its wait timeout; returning with it still
+                # alive would let it log about a connection after the worker is gone.
+                listener.join()
             if probe is not None:
                 probe.stop()
             restore()
@@ -181,7 +186,7 @@ class Worker:
                 beat.beat()
                 parked = store.reclaim_parked(self.name)
                 break
-            except DatabaseError as exc:
+            except store.DATABASE_ERRORS as exc:
                 self._database_down(exc)
                 self.state.stop.wait(self._backoff)
         else:
@@ -220,7 +225,7 @@ class Worker:
         if len(batch) < capacity:
             try:
                 claimed = store.claim_due(self.name, capacity - len(batch), idle=self._idle)
-            except DatabaseError as exc:
+            except store.DATABASE_ERRORS as exc:
                 self._database_down(exc)
             else:
                 self._database_up()
@@ -276,17 +281,21 @@ class Worker:
         self.state.backlog.append((time.monotonic() + max(self._backoff, self.poll), held))
 
     def _fail_crashed(self, held: Claim, exc: BaseException) -> None:
-        try:
-            row = store.get_run(held.run_id)
-        except StoreUnavailable:
-            row = None
-        workflow = row.name if row is not None else "?"
+        workflow = held.workflow
+        if workflow is None:
+            try:
+                row = store.get_run(held.run_id)
+            except StoreUnavailable:
+                row = None
+            workflow = row.name if row is not None else "?"
         extra = {
             "event": "run.crashed",
             "run_id": str(held.run_id),
             "workflow": workflow,
             "runner": self.name,
         }
+        # The traceback is logged here; the outcome itself (log line, metrics, Sentry)
+        # goes through the engine's one path, like every other outcome.
         logger.error(
             "run %s (%s) crashed outside the engine; marking it failed",
             held.run_id,
@@ -294,9 +303,8 @@ class Worker:
             exc_info=exc,
             extra=extra,
         )
-        sentry.capture(exc, run_id=held.run_id, workflow=workflow, runner=self.name)
         try:
-            store.finish_run(held, Status.FAILED, error=encode_outcome_error(exc))
+            fail(held, workflow, exc)
         except StoreUnavailable as down:
             self._retry_later(held, PassResult("retry", down))
 

@@ -6,15 +6,17 @@ Runs in ``Worker.run()``'s ``finally``, whatever ended the loop.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
-from django.db import DatabaseError, connections
+from django.db import connections
 
-from everystep import signals, store
-from everystep.errors import StoreUnavailable
+from everystep import store
+from everystep.engine.execute import report_requeued
 from everystep.values import Claim
 from everystep.worker.heartbeat import Heartbeat
 from everystep.worker.state import WorkerState
@@ -56,12 +58,33 @@ def drain(
             extra={"event": "worker.drain_deadline", "runner": worker.name},
         )
     beat.stop()
-    executor.shutdown(wait=False, cancel_futures=True)
+    if leftovers:
+        # Past the deadline the pool's threads are abandoned (see Worker.run).
+        executor.shutdown(wait=False, cancel_futures=True)
+    else:
+        # The pool is idle: close its threads' connections (kept from run to run) and
+        # wait for the threads, so run() leaves neither a thread nor a session behind.
+        _close_pool_connections(executor, worker.pool_size)
+        executor.shutdown(wait=True)
     connections.close_all()
     logger.info(
         "worker %s stopped", worker.name, extra={"event": "worker.stopped", "runner": worker.name}
     )
     return not leftovers
+
+
+def _close_pool_connections(executor: ThreadPoolExecutor, size: int) -> None:
+    # Connections are per thread: one job per pool thread, held at a barrier until all
+    # have started, so that no thread takes two and every thread closes its own.
+    barrier = threading.Barrier(size)
+
+    def close() -> None:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(timeout=10)
+        connections.close_all()
+
+    for _ in range(size):
+        executor.submit(close)
 
 
 def _requeue_backlog(worker: WorkerState) -> None:
@@ -73,14 +96,8 @@ def _requeue_backlog(worker: WorkerState) -> None:
 def _requeue(worker: WorkerState, held: Claim) -> None:
     try:
         if store.requeue_run(held):
-            signals.run_requeued.send(
-                sender=WorkerState,
-                run_id=held.run_id,
-                runner=worker.name,
-                workflow=held.workflow or "?",
-                reason="worker shutdown",
-            )
-    except (StoreUnavailable, DatabaseError) as exc:
+            report_requeued(held.run_id, held.workflow or "?", worker.name, "worker shutdown")
+    except store.UNREACHABLE as exc:
         # Left running under this name: a restart under the same name, or orphan
         # recovery once the heartbeat expires, resumes it.
         logger.error(

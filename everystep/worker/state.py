@@ -29,8 +29,10 @@ class WorkerState:
     metrics_port: int
     metrics_bind: str
     liveness_timeout: float
+    heartbeat_interval: float = 5.0
     started_at: datetime = field(default_factory=timezone.now)
     last_tick: float = field(default_factory=time.monotonic)  # the claim loop is ticking
+    last_beat: float = field(default_factory=time.monotonic)  # the heartbeat thread is
     stop: threading.Event = field(default_factory=threading.Event)  # stop claiming, drain
     force: threading.Event = field(default_factory=threading.Event)  # stop the drain wait
     wake: threading.Event = field(default_factory=threading.Event)  # a run ended, a NOTIFY
@@ -50,3 +52,13 @@ class WorkerState:
 
     def tick(self) -> None:
         self.last_tick = time.monotonic()
+
+    def beat_attempted(self) -> None:
+        """The heartbeat thread finished a beat, whether the database took it or not
+        (an outage is readiness's business; a hung or dead thread is liveness's)."""
+        self.last_beat = time.monotonic()
+
+    @property
+    def heartbeat_limit(self) -> float:
+        """Seconds without a beat attempt after which liveness fails."""
+        return max(self.liveness_timeout, 3 * self.heartbeat_interval)

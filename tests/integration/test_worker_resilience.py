@@ -1,0 +1,165 @@
+"""Holes found in the worker and closed: a heartbeat thread that must not die or hang
+unseen, outcomes and requeues that all go through one reported path, and a ``run()``
+that leaves no thread of its own behind."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from everystep import schedule, signals, store
+from everystep.engine import execute
+from everystep.models import Runner, Workflow
+from everystep.worker import Worker
+from everystep.worker.heartbeat import Heartbeat
+from tests.acceptance.conftest import free_port, http_get
+from tests.integration.test_worker_embedded import Embedded, all_final, wait_for
+from tests.testapp import workflows as wf
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def received() -> Iterator[dict[str, list[dict[str, Any]]]]:
+    """What ``run_finished`` and ``run_requeued`` carried during the test."""
+    seen: dict[str, list[dict[str, Any]]] = {"finished": [], "requeued": []}
+
+    def finished(sender: Any, **kw: Any) -> None:
+        seen["finished"].append(kw)
+
+    def requeued(sender: Any, **kw: Any) -> None:
+        seen["requeued"].append(kw)
+
+    signals.run_finished.connect(finished, dispatch_uid="test.finished")
+    signals.run_requeued.connect(requeued, dispatch_uid="test.requeued")
+    yield seen
+    signals.run_finished.disconnect(dispatch_uid="test.finished")
+    signals.run_requeued.disconnect(dispatch_uid="test.requeued")
+
+
+def test_heartbeat_survives_an_unexpected_error(monkeypatch, caplog):
+    """An error that is not a database error is logged and the thread keeps beating."""
+    failures = {"left": 3}
+    real = store.beat
+
+    def flaky(*args: Any, **kwargs: Any) -> None:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise RuntimeError("a bug in a heartbeat receiver")
+        real(*args, **kwargs)
+
+    caplog.set_level(logging.ERROR, logger="everystep.worker")
+    with Embedded(name="steady"):
+        monkeypatch.setattr(store, "beat", flaky)
+        first = Runner.objects.get(name="steady").last_seen
+        wait_for(lambda: failures["left"] == 0)
+        wait_for(lambda: Runner.objects.get(name="steady").last_seen > first)
+    logged = [r for r in caplog.records if "heartbeat failed unexpectedly" in r.getMessage()]
+    assert len(logged) == 3
+    assert all(r.exc_info and r.exc_info[0] is RuntimeError for r in logged)
+
+
+def test_liveness_fails_when_heartbeats_stop(monkeypatch):
+    """A heartbeat thread that hangs fails /healthz, though the claim loop still ticks."""
+    hang, release = threading.Event(), threading.Event()
+    real = Heartbeat._tick
+
+    def maybe_hang(self: Heartbeat) -> None:
+        if hang.is_set():
+            release.wait(60)
+        real(self)
+
+    monkeypatch.setattr(Heartbeat, "_tick", maybe_hang)
+    port = free_port()
+    worker = Worker(
+        poll=0.02,
+        name="silent",
+        metrics_port=port,
+        metrics_bind="127.0.0.1",
+        notify=False,  # the loop then ticks every poll, well within the limit
+        liveness_timeout=0.5,
+        heartbeat=0.2,
+        orphan_timeout=0,
+    )
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        assert worker.ready.wait(30)
+        wait_for(lambda: http_get(port, "/healthz")[0] == 200)
+        hang.set()
+        wait_for(lambda: http_get(port, "/healthz")[0] == 503)
+        body = json.loads(http_get(port, "/healthz")[1])
+        assert body["last_heartbeat_age_seconds"] > body["heartbeat_limit_seconds"]
+        assert body["last_tick_age_seconds"] <= body["limit_seconds"], "the loop still ticks"
+        hang.clear()
+        release.set()
+        wait_for(lambda: http_get(port, "/healthz")[0] == 200)
+    finally:
+        release.set()
+        worker.stop()
+        thread.join(60)
+    assert not thread.is_alive()
+
+
+def test_a_crashed_run_is_reported_like_any_outcome(monkeypatch, received):
+    """A pass that crashes outside the engine sends run_finished (logs, metrics, Sentry)."""
+    doomed = schedule(wf.named)
+    real = execute.registry.lookup
+
+    def broken(name: str) -> Any:
+        if name == doomed.name:
+            raise RuntimeError("engine bug while looking the workflow up")
+        return real(name)
+
+    monkeypatch.setattr(execute.registry, "lookup", broken)
+    with Embedded(name="crashy"):
+        wait_for(all_final)
+    doomed.refresh_from_db()
+    assert doomed.status == "failed"
+    (report,) = [kw for kw in received["finished"] if kw["run_id"] == doomed.id]
+    assert report["status"] == "failed"
+    assert report["workflow"] == doomed.name
+    assert isinstance(report["exc"], RuntimeError)
+    assert report["error"]["type"] == "builtins.RuntimeError"
+
+
+def test_an_orphan_requeue_is_reported(received):
+    """Runs taken from a silent runner send run_requeued naming the dead runner."""
+    run = schedule(wf.sequential, 1, 1)
+    Workflow.objects.filter(id=run.id).update(
+        status="running", claimed_by="ghost", claim_token=uuid.uuid4()
+    )
+    long_ago = timezone.now() - timedelta(hours=1)
+    Runner.objects.create(
+        name="ghost", boot_id=uuid.uuid4(), pool_size=1, started_at=long_ago, last_seen=long_ago
+    )
+    embedded = Embedded(name="sweeper")
+    embedded.worker.orphan_timeout = 1.0
+    with embedded:
+        wait_for(all_final)
+    run.refresh_from_db()
+    assert run.status == "completed"
+    (report,) = [kw for kw in received["requeued"] if kw["run_id"] == run.id]
+    assert report["dead_runner"] == "ghost"
+    assert report["runner"] == "sweeper"
+    assert "ghost" in report["reason"]
+
+
+def test_run_returns_with_no_thread_of_its_own_left():
+    """After run() returns, the heartbeat, listener (PostgreSQL), probe server and pool
+    threads are all gone."""
+    before = set(threading.enumerate())
+    runs = [schedule(wf.sequential, i, 1) for i in range(3)]
+    with Embedded(pool_size=2, name="tidy", metrics_port=free_port(), metrics_bind="127.0.0.1"):
+        wait_for(all_final)
+    assert all(Workflow.objects.get(id=r.id).status == "completed" for r in runs)
+    left = [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
+    assert left == []
