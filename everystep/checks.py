@@ -20,6 +20,14 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="everystep.E001",
             )
         )
+    value = conf.get("EVERYSTEP_MAX_RECOVERIES")
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        errors.append(
+            checks.Error(
+                f"EVERYSTEP_MAX_RECOVERIES must be an integer >= 0 (0 = no limit), got {value!r}",
+                id="everystep.E004",
+            )
+        )
     # The worker's settings are validated by the very rules Worker applies, so a value
     # that passes here is one a worker accepts.
     try:

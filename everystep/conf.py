@@ -20,6 +20,8 @@ DEFAULTS: dict[str, object] = {
     "EVERYSTEP_FORK_THREADS": 8,
     # The UI without login: only for a UI behind its own authentication (or the demo).
     "EVERYSTEP_UI_PUBLIC": False,
+    # Times a run may be taken back from a dead worker before it is failed; 0 = no limit.
+    "EVERYSTEP_MAX_RECOVERIES": 10,
 }
 
 
@@ -41,6 +43,14 @@ def worker_options(**given: Any) -> dict[str, Any]:
 def fork_threads() -> int:
     value = get("EVERYSTEP_FORK_THREADS")
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 8
+
+
+def max_recoveries() -> int:
+    """``EVERYSTEP_MAX_RECOVERIES``; 0 means no limit (an invalid value: the default,
+    and the system checks report it)."""
+    value = get("EVERYSTEP_MAX_RECOVERIES")
+    valid = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return value if valid else 10  # type: ignore[return-value]
 
 
 def ui_public() -> bool:

@@ -65,6 +65,12 @@ class Terminal(EverystepError):
         return self.reason
 
 
+class TooManyRecoveries(EverystepError):
+    """The run was taken back from dead workers more than ``EVERYSTEP_MAX_RECOVERIES``
+    times: something in it (a step calling ``os._exit``, a segfault, running out of
+    memory) most likely kills the worker that runs it, so it is failed instead."""
+
+
 class RunInterrupted(BaseException):
     """Internal: this pass must stop now without deciding the run's outcome.
 
@@ -111,5 +117,6 @@ __all__ = [
     "StepFailure",
     "StoreUnavailable",
     "Terminal",
+    "TooManyRecoveries",
     "WorkflowCodeError",
 ]

@@ -139,6 +139,10 @@ class Workflow(models.Model):
     completed_at = models.DateTimeField(null=True, blank=True)
     # Last time the claim holder wrote for this run (claim, step record, finish).
     updated_at = models.DateTimeField(auto_now=True)
+    # Times the run was taken back from a worker that died holding it (a restart under
+    # the same name, orphan recovery): past EVERYSTEP_MAX_RECOVERIES the run is failed,
+    # so a step that kills its worker cannot crash workers forever.
+    recoveries = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [

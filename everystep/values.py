@@ -27,6 +27,8 @@ class Claim:
     workflow: str | None = field(default=None, compare=False)
     args: Any = field(default=None, compare=False, repr=False)
     fresh: bool = field(default=False, compare=False)
+    # Times the run was taken back from a worker that died holding it.
+    recoveries: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 from django.db import connection
 
-from everystep import registry, serde, signals, store, tracing
+from everystep import conf, registry, serde, signals, store, tracing
 from everystep.engine.state import Frame, RunState, Scope, current_frame
 from everystep.errors import (
     ClaimLost,
@@ -31,6 +31,7 @@ from everystep.errors import (
     RunInterrupted,
     StoreUnavailable,
     Terminal,
+    TooManyRecoveries,
 )
 from everystep.models import Status
 from everystep.values import Claim
@@ -63,9 +64,25 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
         row = store.get_run(claim.run_id)
         if row is None:
             return _abandon(claim, "?", "the run row no longer exists")
-        claim = replace(claim, workflow=row.name, args=row.args, fresh=False)
+        claim = replace(
+            claim, workflow=row.name, args=row.args, fresh=False, recoveries=row.recoveries
+        )
     name = claim.workflow
     assert name is not None
+    limit = conf.max_recoveries()
+    if limit and claim.recoveries > limit:
+        return _finish(
+            claim,
+            name,
+            time.monotonic(),
+            Status.FAILED,
+            exc=TooManyRecoveries(
+                f"run {claim.run_id} was taken back from a dead worker {claim.recoveries} "
+                f"times (EVERYSTEP_MAX_RECOVERIES = {limit}): something in it most likely "
+                "kills the worker running it (os._exit, a crash in native code, running out "
+                "of memory); failed so that it stops taking workers down"
+            ),
+        )
     defn = registry.lookup(name)
     if defn is None:
         return _finish(

@@ -34,7 +34,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from everystep.models import (
@@ -203,7 +203,7 @@ def _current() -> tuple[_Vendor, Any]:
 
 
 _RETURNING = f"""RETURNING {_RUNS}.id, {_RUNS}.name, {_RUNS}.args,
-       EXISTS (SELECT 1 FROM {_STEPS} s WHERE s.workflow_id = {_RUNS}.id)"""
+       EXISTS (SELECT 1 FROM {_STEPS} s WHERE s.workflow_id = {_RUNS}.id), {_RUNS}.recoveries"""
 
 
 def _marks() -> str:
@@ -272,7 +272,7 @@ def _claim_locking(runner: str, token: uuid.UUID, limit: int) -> list[Claim]:
     skip = " SKIP LOCKED" if conn.features.has_select_for_update_skip_locked else ""
     select = (
         f"SELECT w.id, w.name, w.args, EXISTS ("
-        f"SELECT 1 FROM {_STEPS} s WHERE s.workflow_id = w.id) "
+        f"SELECT 1 FROM {_STEPS} s WHERE s.workflow_id = w.id), w.recoveries "
         f"FROM {_RUNS} w WHERE w.{_SCHEDULED} ORDER BY w.id LIMIT %s FOR UPDATE{skip}"
     )
     now = timezone.now()
@@ -291,10 +291,10 @@ def _claim_locking(runner: str, token: uuid.UUID, limit: int) -> list[Claim]:
 def reclaim_parked(runner: str) -> list[Claim]:
     """Startup catchup: take a fresh claim on every run left ``running`` under ``runner``
     by a previous process of the same name, so its late writes (if it is somehow still
-    alive) are fenced out."""
+    alive) are fenced out. Each counts as a recovery."""
     token = uuid.uuid4()
     Workflow.objects.filter(status=Status.RUNNING, claimed_by=runner).update(
-        claim_token=token, updated_at=timezone.now()
+        claim_token=token, updated_at=timezone.now(), recoveries=F("recoveries") + 1
     )
     held = Workflow.objects.filter(claimed_by=runner, status=Status.RUNNING, claim_token=token)
     return [_claim(runner, token, *row) for row in _with_steps(held.order_by("id"))]
@@ -302,17 +302,26 @@ def reclaim_parked(runner: str) -> list[Claim]:
 
 def _with_steps(runs: Any) -> Any:
     recorded = Exists(Step.objects.filter(workflow_id=OuterRef("id")))
-    return runs.annotate(recorded=recorded).values_list("id", "name", "args", "recorded")
+    columns = ("id", "name", "args", "recorded", "recoveries")
+    return runs.annotate(recorded=recorded).values_list(*columns)
 
 
 def _claim(
-    runner: str, token: uuid.UUID, run_id: Any, name: str, args: Any, recorded: Any
+    runner: str,
+    token: uuid.UUID,
+    run_id: Any,
+    name: str,
+    args: Any,
+    recorded: Any,
+    recoveries: int,
 ) -> Claim:
     # Raw rows carry the database's own forms: a hex string for a UUID outside
     # PostgreSQL, JSON text for the arguments.
     run_id = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(run_id)
     args = json.loads(args) if isinstance(args, str | bytes) else args
-    return Claim(run_id, token, runner, workflow=name, args=args, fresh=not recorded)
+    return Claim(
+        run_id, token, runner, workflow=name, args=args, fresh=not recorded, recoveries=recoveries
+    )
 
 
 # -- fenced writes for a claimed run -----------------------------------------------------

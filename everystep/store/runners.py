@@ -8,7 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count
+from django.db.models import Count, F
 from django.utils import timezone
 
 from everystep.models import Runner, Status, Workflow
@@ -80,7 +80,8 @@ def _requeue_held(**held_by: Any) -> list[tuple[UUID, str, str | None]]:
         return []
     token = uuid.uuid4()
     with transaction.atomic():
-        if not candidates.update(claim_token=token):
+        # Taking a run from a dead holder is a recovery (see Workflow.recoveries).
+        if not candidates.update(claim_token=token, recoveries=F("recoveries") + 1):
             return []
         mine = Workflow.objects.filter(status=Status.RUNNING, claim_token=token)
         requeued = list(mine.values_list("id", "name", "claimed_by"))

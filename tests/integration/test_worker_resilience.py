@@ -18,6 +18,7 @@ from django.utils import timezone
 from everystep import schedule, signals, store
 from everystep.engine import execute
 from everystep.models import Runner, Workflow
+from everystep.testing import run_due
 from everystep.worker import Worker
 from everystep.worker.heartbeat import Heartbeat
 from tests.acceptance.conftest import free_port, http_get
@@ -163,3 +164,53 @@ def test_run_returns_with_no_thread_of_its_own_left():
     assert all(Workflow.objects.get(id=r.id).status == "completed" for r in runs)
     left = [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
     assert left == []
+
+
+def park(run: Workflow, runner: str, recoveries: int) -> None:
+    """Leave ``run`` as a worker named ``runner`` that died holding it would."""
+    Workflow.objects.filter(id=run.id).update(
+        status="running", claimed_by=runner, claim_token=uuid.uuid4(), recoveries=recoveries
+    )
+
+
+def test_a_run_that_keeps_killing_its_worker_is_failed(settings):
+    """Past EVERYSTEP_MAX_RECOVERIES the run is failed with a clear error, not resumed."""
+    settings.EVERYSTEP_MAX_RECOVERIES = 3
+    looping, last_chance = schedule(wf.sequential, 1, 1), schedule(wf.sequential, 2, 2)
+    park(looping, "testing", 3)  # the restart below is its 4th recovery
+    park(last_chance, "testing", 2)  # its 3rd: still allowed
+    run_due(runner="testing")
+    looping.refresh_from_db()
+    last_chance.refresh_from_db()
+    assert (looping.status, looping.recoveries) == ("failed", 4)
+    assert looping.error["type"] == "everystep.errors.TooManyRecoveries"
+    assert "taken back from a dead worker 4 times" in looping.error["message"]
+    assert not looping.steps.exists(), "nothing ran"
+    assert (last_chance.status, last_chance.recoveries) == ("completed", 3)
+
+
+def test_orphan_recovery_counts_and_a_drain_does_not(settings):
+    """Taking a run from a silent runner counts; the drain's requeue does not."""
+    run = schedule(wf.sequential, 1, 1)
+    park(run, "ghost", 0)
+    long_ago = timezone.now() - timedelta(hours=1)
+    Runner.objects.create(
+        name="ghost", boot_id=uuid.uuid4(), pool_size=1, started_at=long_ago, last_seen=long_ago
+    )
+    assert [row[0] for row in store.requeue_orphans(60)] == [run.id]
+    run.refresh_from_db()
+    assert (run.status, run.recoveries) == ("scheduled", 1)
+    (held,) = store.claim_due("w", 1)
+    assert held.recoveries == 1
+    assert store.requeue_run(held)
+    run.refresh_from_db()
+    assert (run.status, run.recoveries) == ("scheduled", 1)
+
+
+def test_max_recoveries_zero_means_no_limit(settings):
+    settings.EVERYSTEP_MAX_RECOVERIES = 0
+    run = schedule(wf.sequential, 1, 1)
+    park(run, "testing", 1000)
+    run_due(runner="testing")
+    run.refresh_from_db()
+    assert run.status == "completed"
