@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +18,7 @@ from everystep import schedule
 from everystep.models import Workflow
 from tests.acceptance.conftest import database_server, wait_until
 from tests.testapp import workflows as wf
+from tests.workers import ROOT, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,16 +45,39 @@ def database_down() -> Iterator[None]:
     connections.close_all()
 
 
-def test_a_worker_started_during_an_outage_waits_for_the_database(workers):
+def runner_worker(name: str, log: Path) -> subprocess.Popen[bytes]:
+    """The runner image's ``worker`` role, run from this checkout's venv."""
+    runner = Path(sys.executable).with_name("everystep-runner")
+    command = [str(runner), "--project-dir", str(ROOT), "--settings-module", "tests.settings"]
+    command += ["--name", name, "--poll", "0.1", "worker"]
+    with open(log, "wb") as out:
+        return subprocess.Popen(command, cwd=ROOT, env=worker_env(), stdout=out, stderr=out)
+
+
+@pytest.mark.parametrize("how", ["manage.py", "everystep-runner"])
+def test_a_worker_started_during_an_outage_waits_for_the_database(workers, tmp_path, how):
     run = schedule(wf.sequential, 2, 3)
+    log = tmp_path / "runner.log"
     with database_down():
-        proc = workers("patient", "--poll", "0.1")
-        wait_until(
-            lambda: proc.log().count("database unavailable") >= 3, 90, "three retry attempts"
-        )
-        assert proc.proc.poll() is None, "the worker must wait, not exit"
-        assert "Traceback" not in proc.log()
-    wait_until(lambda: Workflow.objects.get(id=run.id).status == "completed", 120, "the run")
-    assert "database reachable again" in proc.log()
-    proc.signal(signal.SIGTERM)
-    assert proc.wait(60) == 0
+        if how == "manage.py":
+            proc = workers("patient", "--poll", "0.1")
+            popen, read = proc.proc, proc.log
+        else:
+            popen, read = runner_worker("patient", log), log.read_text
+        try:
+            wait_until(
+                lambda: read().count("database unavailable") >= 3 or popen.poll() is not None,
+                90,
+                "three retry attempts",
+            )
+            assert popen.poll() is None, f"the worker must wait, not exit:\n{read()}"
+            assert "Traceback" not in read()
+        except BaseException:
+            popen.kill()
+            raise
+    try:
+        wait_until(lambda: Workflow.objects.get(id=run.id).status == "completed", 120, "the run")
+        assert "database reachable again" in read()
+    finally:
+        popen.send_signal(signal.SIGTERM)
+        assert popen.wait(60) == 0
