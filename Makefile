@@ -14,9 +14,14 @@ PYTHON_NEXT ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python) 
 	$(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python) \
 	$(shell command -v python3.12 python3.13 2>/dev/null))
 VENV_NEXT ?= .venv-django6
+# The manifest and Dockerfile checkers live in a venv of their own: checkov pins many
+# dependencies that must not move the project's. Changing a pin reinstalls them.
+VENV_TOOLS ?= .venv-tools
+TOOLS := checkov==3.3.30 kubernetes-validate==1.37.0
+K8S_VERSION ?= 1.37.0
 
 .PHONY: demo test lint unit integration compat browser image image-test compose-check \
-	install install-dev clean
+	install install-dev clean manifest-check install-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,7 +74,25 @@ image-test: install-dev image
 compose-check: install-dev
 	$(BIN)/podman-compose -f compose.yaml config >/dev/null
 
-test: lint unit integration browser compat compose-check image-test
+install-tools:
+	test -x $(VENV_TOOLS)/bin/python || $(PYTHON) -m venv $(VENV_TOOLS)
+	@if [ "$$(cat $(VENV_TOOLS)/pins 2>/dev/null)" != "$(TOOLS)" ]; then \
+		$(VENV_TOOLS)/bin/pip install --quiet --upgrade pip $(TOOLS) && \
+		echo "$(TOOLS)" > $(VENV_TOOLS)/pins; \
+	fi
+
+# The Kubernetes example against the API schemas (strict: unknown fields fail), and it and
+# the Dockerfile against checkov's security rules; skipped rules carry their reason inline
+# and in the README. --skip-download: checkov runs offline, with its bundled rules only.
+manifest-check: install-tools
+	$(VENV_TOOLS)/bin/kubernetes-validate --quiet --strict --kubernetes-version $(K8S_VERSION) \
+		config/kubernetes/*.yaml
+	$(VENV_TOOLS)/bin/checkov --quiet --compact --skip-download --framework kubernetes \
+		-d config/kubernetes
+	$(VENV_TOOLS)/bin/checkov --quiet --compact --skip-download --framework dockerfile \
+		-f Dockerfile
+
+test: lint manifest-check unit integration browser compat compose-check image-test
 
 clean:
-	rm -rf $(VENV) $(VENV_NEXT) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(VENV_NEXT) $(VENV_TOOLS) .pytest_cache .mypy_cache .ruff_cache *.egg-info

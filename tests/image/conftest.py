@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -18,6 +19,19 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "image" / "example_project"
 IMAGE = os.environ.get("EVERYSTEP_TEST_IMAGE", "localhost/everystep-runner:test")
 PG = os.environ.get("EVERYSTEP_TEST_PG_URL", "postgres://postgres@127.0.0.1:5432")
+# Every container the tests start runs as the README's "Running hardened" says: a
+# read-only root with only /tmp writable, no capabilities, no gaining privileges. podman
+# would otherwise also make /run and /var/tmp writable, which Docker and Kubernetes don't.
+HARDENED = (
+    "--read-only",
+    "--read-only-tmpfs=false",
+    "--tmpfs",
+    "/tmp",
+    "--cap-drop",
+    "ALL",
+    "--security-opt",
+    "no-new-privileges",
+)
 
 
 def podman(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -28,6 +42,31 @@ def podman(*args: str, check: bool = True, timeout: float = 300) -> subprocess.C
             f"{result.stdout}\n{result.stderr}"
         )
     return result
+
+
+def run(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`podman run`, hardened."""
+    return podman("run", *HARDENED, *args, check=check, timeout=timeout)
+
+
+def assert_hardened(name: str) -> None:
+    """The running container has a read-only root filesystem (HOME and the venv included)
+    and a writable /tmp, and its PID 1 has no capabilities, not even in its bounding set,
+    and no_new_privs."""
+    host = json.loads(podman("inspect", name).stdout)[0]["HostConfig"]
+    assert host["ReadonlyRootfs"] is True
+    assert "/tmp" in host["Tmpfs"]
+    assert "no-new-privileges" in host["SecurityOpt"]
+    assert not host["CapAdd"]
+    for path in ("/probe", "/home/everystep/probe", "/opt/everystep/probe"):
+        result = podman("exec", name, "touch", path, check=False)
+        assert result.returncode != 0 and "Read-only file system" in result.stderr, path
+    podman("exec", name, "touch", "/tmp/probe")
+    status = podman("exec", name, "cat", "/proc/1/status").stdout
+    fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+    assert int(fields["CapBnd"], 16) == 0
+    assert int(fields["CapEff"], 16) == 0
+    assert fields["NoNewPrivs"].strip() == "1"
 
 
 def wait_for(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.image.conftest import ROOT, podman, wait_for
+from tests.image.conftest import ROOT, assert_hardened, podman, wait_for
 
 PROJECT = "everystep-ci"
 # No registry is reachable on CI machines: compose.yaml's postgres:16 is replaced by a
@@ -123,3 +123,9 @@ def test_compose_stack_runs_workflows(stack):
         # The UI needs a staff login outside the demo: the login page proves it is served.
         assert resp.status == 200
         assert "login" in resp.url
+
+
+def test_compose_runners_run_hardened(stack):
+    """The runner services (workers and UI) run hardened as compose.yaml asks."""
+    for service in ("runner-0", "runner-1", "ui"):
+        assert_hardened(container(service))

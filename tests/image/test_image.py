@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.image.conftest import EXAMPLE, Database, migrate_and_schedule, podman, wait_for
+from tests.image.conftest import (
+    EXAMPLE,
+    Database,
+    assert_hardened,
+    host_runner,
+    migrate_and_schedule,
+    podman,
+    run,
+    wait_for,
+)
 
 
 def free_port() -> int:
@@ -36,8 +45,7 @@ def start(
 ) -> str:
     env_flags = [item for key, value in env.items() for item in ("-e", f"{key}={value}")]
     podman("rm", "-f", "-t", "0", name, check=False)  # left over by an interrupted run
-    podman(
-        "run",
+    run(
         "-d",
         "--name",
         name,
@@ -152,7 +160,7 @@ def test_seed_argument_list_works_as_written(image, database, containers):
 
 def test_runs_as_non_root_and_under_an_arbitrary_uid(image, database, containers):
     """The image's user is not root, and the worker also runs under --user 12345."""
-    uid = podman("run", "--rm", "--entrypoint", "id", image, "-u").stdout.strip()
+    uid = run("--rm", "--entrypoint", "id", image, "-u").stdout.strip()
     assert uid == "10001"
     migrate_and_schedule(database, 2)
     name = start(
@@ -182,7 +190,7 @@ def test_runs_as_non_root_and_under_an_arbitrary_uid(image, database, containers
 def test_bad_configuration_fails_with_one_clear_message(image, args, env, message):
     """Invalid settings or a missing project end at start-up with a message, no traceback."""
     env_flags = [item for key, value in env.items() for item in ("-e", f"{key}={value}")]
-    result = podman("run", "--rm", *env_flags, image, *args, check=False)
+    result = run("--rm", *env_flags, image, *args, check=False)
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr
@@ -192,7 +200,7 @@ def test_demo_role_serves_the_ui(image, containers):
     """`demo` runs the bundled project on SQLite with a worker and serves the UI."""
     port = free_port()
     podman("rm", "-f", "-t", "0", "es-demo", check=False)
-    podman("run", "-d", "--name", "es-demo", "-p", f"127.0.0.1:{port}:8000", image, "demo")
+    run("-d", "--name", "es-demo", "-p", f"127.0.0.1:{port}:8000", image, "demo")
     containers.append("es-demo")
 
     def page() -> str | None:
@@ -207,3 +215,40 @@ def test_demo_role_serves_the_ui(image, containers):
     assert "demo.place_order" in body
     podman("stop", "-t", "60", "es-demo", timeout=120)
     assert exit_code("es-demo") == 0
+
+
+def test_ui_role_serves_under_gunicorn(image, database, containers):
+    """The `ui` role serves the health endpoint and the staff login page under gunicorn,
+    and the HEALTHCHECK passes."""
+    host_runner(database, "migrate", "--noinput", "-v", "0")
+    port = free_port()
+    name = start(
+        containers,
+        image,
+        "es-ui",
+        "ui",
+        env=project_env(database, EVERYSTEP_UI_BIND=f"127.0.0.1:{port}"),
+    )
+
+    def healthy() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
+                return resp.status == 200
+        except OSError:
+            return False
+
+    wait_for(healthy, 120, "the UI's /healthz", name)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as resp:
+        assert resp.status == 200
+        assert "login" in resp.url
+    assert podman("healthcheck", "run", name, check=False).returncode == 0
+    podman("stop", "-t", "60", name, timeout=120)
+    assert exit_code(name) == 0
+
+
+def test_containers_run_hardened(image, containers):
+    """The flags every test runs with are really applied (see `assert_hardened`)."""
+    name = start(
+        containers, image, "es-hardened", "infinity", env={}, extra=("--entrypoint", "sleep")
+    )
+    assert_hardened(name)
