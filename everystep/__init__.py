@@ -7,10 +7,30 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["Terminal", "parallel", "schedule", "step", "workflow"]
+__all__ = [
+    "Terminal",
+    "parallel",
+    "schedule",
+    "send",
+    "sleep",
+    "sleep_until",
+    "step",
+    "wait_for",
+    "workflow",
+]
+_API = {"parallel", "schedule", "send", "sleep", "sleep_until", "step", "wait_for", "workflow"}
 
 if TYPE_CHECKING:
-    from everystep.api import parallel, schedule, step, workflow
+    from everystep.api import (
+        parallel,
+        schedule,
+        send,
+        sleep,
+        sleep_until,
+        step,
+        wait_for,
+        workflow,
+    )
     from everystep.errors import Terminal
 
 
@@ -19,7 +39,7 @@ def __getattr__(name: str) -> Any:
         from everystep.errors import Terminal
 
         return Terminal
-    if name in {"parallel", "schedule", "step", "workflow"}:
+    if name in _API:
         from everystep import api
 
         return getattr(api, name)

@@ -1,4 +1,5 @@
-"""The public API: ``@workflow``, ``@step``, ``parallel`` and ``schedule``.
+"""The public API: ``@workflow``, ``@step``, ``parallel``, ``schedule``, the durable waits
+(``sleep``, ``sleep_until``, ``wait_for``) and ``send``.
 
 Nothing here touches the database at import time, so workflow modules can be imported
 before Django is fully set up.
@@ -8,7 +9,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
+from uuid import UUID
 
 from everystep import registry, serde
 from everystep.registry import StepDef, WorkflowDef
@@ -84,14 +87,29 @@ def parallel(*branches: Branch, everystep_id: str | None = None) -> tuple[Any, .
 
 
 def schedule(
-    workflow_fn: Callable[..., Any], *args: Any, idempotency_key: str | None = None
+    workflow_fn: Callable[..., Any],
+    *args: Any,
+    at: datetime | None = None,
+    delay: timedelta | float | None = None,
+    idempotency_key: str | None = None,
 ) -> Workflow:
     """Insert a ``scheduled`` run of ``workflow_fn(*args)`` in the current transaction.
 
-    With ``idempotency_key``, scheduling the same workflow and key again returns the
+    ``at`` (a datetime; naive is read in the project's time zone) or ``delay`` (a
+    ``timedelta`` or seconds) starts it later: no worker claims it before then. With
+    ``idempotency_key``, scheduling the same workflow and key again returns the
     existing run instead of creating a second one.
     """
+    from django.utils import timezone
+
     from everystep import store
+    from everystep.engine.waits import as_delay, as_instant
+
+    if at is not None and delay is not None:
+        raise TypeError("schedule() takes at= or delay=, not both")
+    due = timezone.now() if at is None else as_instant(at, "schedule() at")
+    if delay is not None:
+        due += as_delay(delay, "schedule() delay")
 
     defn = registry.workflow_def(workflow_fn)
     if defn is None:
@@ -101,4 +119,40 @@ def schedule(
     ):
         raise TypeError("idempotency_key must be a non-empty string of at most 255 characters")
     stored = serde.encode(list(args), f"arguments of workflow {defn.name}")
-    return store.create_run(defn.name, stored, idempotency_key)
+    return store.create_run(defn.name, stored, idempotency_key, due_at=due)
+
+
+def sleep(delay: timedelta | float) -> None:
+    """Inside a workflow body: wait ``delay`` (a ``timedelta`` or seconds), durably. The
+    run holds no worker slot meanwhile, and a crash neither loses the wait nor restarts
+    its clock."""
+    from everystep.engine import waits
+
+    waits.sleep(delay)
+
+
+def sleep_until(when: datetime) -> None:
+    """Inside a workflow body: wait until ``when`` (naive: the project's time zone),
+    durably; returns at once if that time has passed."""
+    from everystep.engine import waits
+
+    waits.sleep_until(when)
+
+
+def wait_for(name: str, timeout: timedelta | float | None = None) -> Any:
+    """Inside a workflow body: wait durably for the event ``name`` sent to this run, and
+    return its payload; raise ``everystep.errors.WaitTimeout`` after ``timeout``. An event
+    sent before the run reaches this wait is kept and returned at once."""
+    from everystep.engine import waits
+
+    return waits.wait_for(name, timeout)
+
+
+def send(run_id: UUID | str, name: str, payload: Any = None) -> bool:
+    """Send the event ``name`` (with ``payload``) to a run, in the current transaction,
+    and make it due at once if it waits. Returns False if an event of that name was
+    already sent to the run (the first payload wins). Raises ``EverystepError`` for an
+    unknown or finished run."""
+    from everystep import store
+
+    return store.send_event(run_id, name, payload)

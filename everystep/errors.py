@@ -65,6 +65,10 @@ class Terminal(EverystepError):
         return self.reason
 
 
+class WaitTimeout(EverystepError):
+    """``wait_for(name, timeout=…)`` reached its timeout before the event was sent."""
+
+
 class TooManyRecoveries(EverystepError):
     """The run was taken back from dead workers more than ``EVERYSTEP_MAX_RECOVERIES``
     times: something in it (a step calling ``os._exit``, a segfault, running out of
@@ -78,6 +82,16 @@ class RunInterrupted(BaseException):
     run was lost (fencing), or by ``everystep.testing`` to simulate a crash. A
     ``BaseException`` so that ``except Exception`` in user code lets it through.
     """
+
+
+class Suspended(RunInterrupted):
+    """Internal: the run waits (a sleep, an event); release it until ``due`` (None: until
+    one of ``events`` is sent). Raised where the wait is replayed; the pass ends there."""
+
+    def __init__(self, due: Any, events: frozenset[str] = frozenset()) -> None:
+        super().__init__(f"waiting until {due}" if due is not None else "waiting for an event")
+        self.due = due
+        self.events = events
 
 
 class DrainRequested(RunInterrupted):
@@ -116,7 +130,9 @@ __all__ = [
     "SimulatedCrash",
     "StepFailure",
     "StoreUnavailable",
+    "Suspended",
     "Terminal",
     "TooManyRecoveries",
+    "WaitTimeout",
     "WorkflowCodeError",
 ]

@@ -86,6 +86,19 @@ def _on_run_requeued(sender: Any, **kwargs: Any) -> None:
     )
 
 
+def _on_run_suspended(sender: Any, **kwargs: Any) -> None:
+    due, events = kwargs["due"], sorted(kwargs["events"])
+    until = f"until {due.isoformat()}" if due is not None else ""
+    awaited = f"for event {', '.join(events)}" if events else ""
+    logger.info(
+        "run %s (%s) waits %s",
+        kwargs["run_id"],
+        kwargs["workflow"],
+        " ".join(part for part in (awaited, until) if part),
+        extra=_fields("run.waiting", kwargs),
+    )
+
+
 def _on_run_abandoned(sender: Any, **kwargs: Any) -> None:
     logger.warning(
         "run %s (%s) abandoned by this pass: %s",
@@ -101,6 +114,7 @@ signals.step_recorded.connect(_on_step_recorded, dispatch_uid="everystep.logs.st
 signals.run_finished.connect(_on_run_finished, dispatch_uid="everystep.logs.run_finished")
 signals.run_requeued.connect(_on_run_requeued, dispatch_uid="everystep.logs.run_requeued")
 signals.run_abandoned.connect(_on_run_abandoned, dispatch_uid="everystep.logs.run_abandoned")
+signals.run_suspended.connect(_on_run_suspended, dispatch_uid="everystep.logs.run_suspended")
 
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}

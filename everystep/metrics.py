@@ -68,12 +68,19 @@ def install() -> None:
             ),
             claims=pc.Counter("everystep_worker_claims", "Runs claimed by a worker.", ["runner"]),
             requeued=pc.Counter("everystep_worker_requeued", "Runs a worker requeued.", ["runner"]),
+            lateness=pc.Histogram(
+                "everystep_wake_lateness_seconds",
+                "How late a sleeping or waiting run resumed: actual minus intended wake time.",
+                ["workflow"],
+                buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            ),
         )
         pc.REGISTRY.register(QueueCollector())
     signals.run_finished.connect(_on_run_finished, dispatch_uid="everystep.metrics.finished")
     signals.step_recorded.connect(_on_step_recorded, dispatch_uid="everystep.metrics.step")
     signals.runs_claimed.connect(_on_runs_claimed, dispatch_uid="everystep.metrics.claimed")
     signals.run_requeued.connect(_on_run_requeued, dispatch_uid="everystep.metrics.requeued")
+    signals.run_woken.connect(_on_run_woken, dispatch_uid="everystep.metrics.woken")
 
 
 def _on_run_finished(sender: Any, **kw: Any) -> None:
@@ -96,8 +103,17 @@ def _on_run_requeued(sender: Any, **kw: Any) -> None:
     _installed["requeued"].labels(kw["runner"]).inc()
 
 
+def _on_run_woken(sender: Any, **kw: Any) -> None:
+    _installed["lateness"].labels(kw["workflow"]).observe(kw["lateness"])
+
+
 _QUEUE_GAUGES = (
-    ("everystep_workflows_pending", "pending", "Runs scheduled and not yet claimed."),
+    ("everystep_workflows_pending", "pending", "Runs due and not yet claimed."),
+    (
+        "everystep_workflows_waiting",
+        "waiting",
+        "Runs sleeping, waiting for an event, or scheduled to start later.",
+    ),
     ("everystep_workflows_running", "running", "Runs claimed by a worker."),
     (
         "everystep_workflows_blocked",
@@ -107,7 +123,7 @@ _QUEUE_GAUGES = (
     (
         "everystep_workflows_oldest_pending_age_seconds",
         "oldest_pending_age",
-        "Age of the oldest scheduled run (0 when none).",
+        "How long the longest-due unclaimed run has been due (0 when none).",
     ),
 )
 

@@ -1,5 +1,6 @@
-"""The two tables everystep keeps: one ``Workflow`` row per run, one ``Step`` row per
-executed step."""
+"""The tables everystep keeps: one ``Workflow`` row per run, one ``Step`` row per
+executed step, one ``Event`` row per event sent to a run, one ``Runner`` row per live
+worker."""
 
 from __future__ import annotations
 
@@ -143,6 +144,12 @@ class Workflow(models.Model):
     # the same name, orphan recovery): past EVERYSTEP_MAX_RECOVERIES the run is failed,
     # so a step that kills its worker cannot crash workers forever.
     recoveries = models.PositiveIntegerField(default=0)
+    # When a scheduled run may be claimed: its creation, a delayed start, the wake time of
+    # a sleep, the deadline of a wait (NULL: an event with no timeout). Claims take only
+    # runs with due_at <= now, in due_at order.
+    due_at = models.DateTimeField(null=True, blank=True, default=timezone.now)
+    # The events a waiting run awaits (comma-separated), for operators and for ``send``.
+    waiting_for = models.CharField(max_length=255, null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -151,8 +158,11 @@ class Workflow(models.Model):
             ),
         ]
         indexes = [
-            # Claim query: status='scheduled' ORDER BY id; UI filters by status, newest first.
+            # UI filters by status, newest first.
             models.Index(fields=["status", "id"], name="everystep_wf_status_id"),
+            # Claim query: status='scheduled' AND due_at <= now ORDER BY due_at, id; runs
+            # sleeping or waiting sort after everything due, so the claim never walks them.
+            models.Index(fields=["status", "due_at", "id"], name="everystep_wf_due"),
             # Catchup and orphan recovery: runs held by one runner.
             models.Index(fields=["claimed_by", "status"], name="everystep_wf_claimed"),
             models.Index(fields=["name", "id"], name="everystep_wf_name_id"),
@@ -162,6 +172,7 @@ class Workflow(models.Model):
             ("cancel_workflow", "Can cancel runs"),
             ("requeue_workflow", "Can requeue running runs"),
             ("resolve_workflow", "Can settle the uncertain step of blocked runs"),
+            ("send_event", "Can send events to waiting runs"),
         ]
 
     def __str__(self) -> str:
@@ -189,6 +200,24 @@ class Step(models.Model):
 
     def __str__(self) -> str:
         return f"{self.step_id} {self.name} ({self.status})"
+
+
+class Event(models.Model):
+    """An event sent to a run (``everystep.send``): kept until the run's ``wait_for`` of
+    that name takes it; one per (run, name), the first payload wins."""
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="events")
+    name = models.CharField(max_length=255)
+    payload = models.JSONField(null=True, blank=True)
+    sent_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workflow", "name"], name="everystep_unique_event"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} for {self.workflow_id}"
 
 
 class Runner(models.Model):

@@ -25,6 +25,12 @@ step_recorded = Signal(use_caching=True)
 #: blocked), ``duration`` (seconds of this pass), ``error`` (encoded, or None),
 #: ``exc`` (the exception object, or None).
 run_finished = Signal(use_caching=True)
+#: A pass ended at a sleep or a wait: the run is released until it is due. Extra:
+#: ``due`` (datetime, or None for an event with no timeout), ``events`` (names awaited).
+run_suspended = Signal(use_caching=True)
+#: A run resumed at the end of the wait it was released for. Extra: ``step_id``,
+#: ``lateness`` (seconds between the intended and the actual wake).
+run_woken = Signal(use_caching=True)
 #: A run was put back to ``scheduled`` without an outcome (a drain, orphan recovery).
 #: Extra: ``reason``; ``dead_runner`` when the run was taken from a silent runner.
 run_requeued = Signal(use_caching=True)

@@ -29,6 +29,8 @@ class Claim:
     fresh: bool = field(default=False, compare=False)
     # Times the run was taken back from a worker that died holding it.
     recoveries: int = field(default=0, compare=False)
+    # When the run was due as claimed: for a run that slept or waited, its wake time.
+    due_at: Any = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ A pass ends in exactly one of:
 - ``completed`` / ``failed`` / ``stopped`` / ``blocked``: the outcome is written, fenced
   by the claim;
 - ``requeued``: the worker is draining; the run goes back to ``scheduled``;
+- ``waiting``: the body sleeps or waits for an event; the run is ``scheduled`` again,
+  due when the wait ends (or when the event is sent);
 - ``abandoned``: nothing more may be written (claim lost, row deleted, simulated
   crash); whoever holds the run now decides its fate;
 - ``retry``: the database could not be reached; the run is still claimed and the
@@ -30,6 +32,7 @@ from everystep.errors import (
     EverystepError,
     RunInterrupted,
     StoreUnavailable,
+    Suspended,
     Terminal,
     TooManyRecoveries,
 )
@@ -140,6 +143,18 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
 def _settle(claim: Claim, workflow: str, began: float, exc: BaseException) -> PassResult:
     if isinstance(exc, StoreUnavailable):
         raise exc
+    if isinstance(exc, Suspended):
+        if store.suspend_run(claim, exc.due, exc.events):
+            signals.run_suspended.send(
+                sender=RunState,
+                run_id=claim.run_id,
+                workflow=workflow,
+                runner=claim.runner,
+                due=exc.due,
+                events=exc.events,
+            )
+            return PassResult("waiting", exc)
+        return _abandon(claim, workflow, "claim lost before the run could wait")
     if isinstance(exc, DrainRequested):
         if store.requeue_run(claim):
             report_requeued(claim.run_id, workflow, claim.runner, str(exc))

@@ -20,6 +20,7 @@ from everystep.engine.state import Frame, Scope, current_frame
 from everystep.errors import (
     EffectUncertain,
     RunInterrupted,
+    Suspended,
     Terminal,
     WorkflowCodeError,
 )
@@ -141,10 +142,18 @@ def _settle(results: list[Any], errors: list[BaseException | None]) -> tuple[Any
     raised = [exc for exc in errors if exc is not None]
     if not raised:
         return tuple(results)
+    waits = [exc for exc in raised if isinstance(exc, Suspended)]
+    raised = [exc for exc in raised if not isinstance(exc, Suspended)]
     for kind in _PRECEDENCE:
         for exc in raised:
             if isinstance(exc, kind):
                 raise exc
+    if waits:
+        # Branches still waiting: the fork is not over, and the errors of the others are
+        # recorded and will be re-raised by the pass that completes it. The run waits
+        # until the first branch is due, or for any event a branch awaits.
+        dues = [exc.due for exc in waits if exc.due is not None]
+        raise Suspended(min(dues) if dues else None, frozenset().union(*(w.events for w in waits)))
     for exc in raised:
         if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: the process ends
             raise exc

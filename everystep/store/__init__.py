@@ -4,6 +4,7 @@ outside this package builds a queryset of its own.
 - ``claims``: claiming due runs and the fenced step record, per database;
 - ``wake``: NOTIFY when a run becomes due, LISTEN in idle workers (PostgreSQL);
 - ``runs``: scheduling, and the engine's reads and fenced writes for a claimed run;
+- ``waits``: releasing a run until it is due (sleeps, waits), and events sent to runs;
 - ``runners``: heartbeats and requeueing the runs of runners that are gone;
 - ``reports``: read-only queries (operators, metrics, health, UI) and pruning.
 
@@ -14,7 +15,7 @@ The status transitions themselves, and the fencing rule, are on the model layer
 from django.db import DatabaseError, InterfaceError
 
 from everystep.errors import StoreUnavailable
-from everystep.store.claims import claim_due, reclaim_parked
+from everystep.store.claims import claim_due, next_due, reclaim_parked
 from everystep.store.reports import (
     COUNT_CAP,
     list_runs,
@@ -49,6 +50,14 @@ from everystep.store.runs import (
     resolve_step,
     settle_step,
 )
+from everystep.store.waits import (
+    check_event_name,
+    event_payload,
+    send_event,
+    settle_wait,
+    suspend_run,
+    waiting_count,
+)
 from everystep.store.wake import Listener, can_listen, notify_due
 
 # What a database outage raises through Django: ``InterfaceError`` (a connection closed
@@ -66,8 +75,10 @@ __all__ = [
     "beat",
     "can_listen",
     "cancel_run",
+    "check_event_name",
     "claim_due",
     "create_run",
+    "event_payload",
     "finish_run",
     "forget_runner",
     "get_run",
@@ -76,6 +87,7 @@ __all__ = [
     "list_runners",
     "list_runs",
     "load_steps",
+    "next_due",
     "notify_due",
     "ping",
     "prunable_counts",
@@ -90,7 +102,11 @@ __all__ = [
     "requeue_runner",
     "resolve_step",
     "run_steps",
+    "send_event",
     "settle_step",
+    "settle_wait",
     "status_counts",
+    "suspend_run",
     "unapplied_migrations",
+    "waiting_count",
 ]

@@ -90,7 +90,8 @@ class _Vendor:
             **dict.fromkeys(_JSON_COLUMNS, json.dumps),
             **dict.fromkeys(("id", "claim_token"), uuid_form),
             **dict.fromkeys(
-                ("started_at", "finished_at", "updated_at", "completed_at"), _datetime_form(conn)
+                ("started_at", "finished_at", "updated_at", "completed_at", "due_at"),
+                _datetime_form(conn),
             ),
         }
         share = {"postgresql": "FOR SHARE", "mysql": "LOCK IN SHARE MODE"}.get(vendor, "")
@@ -109,6 +110,7 @@ class _Vendor:
         )
         outcome = ", ".join(f"{c} = {self.placeholder(c)}" for c in _FINISH_COLUMNS)
         self.finish = self.native(f"UPDATE {_RUNS} SET {outcome} WHERE {held}")
+        self.next_due = f"SELECT MIN(due_at) FROM {_RUNS} WHERE {_SCHEDULED}"
         claim = _claim_statement(vendor)
         self.claim = None if claim is None else self.native(claim)
 
@@ -203,7 +205,11 @@ def _current() -> tuple[_Vendor, Any]:
 
 
 _RETURNING = f"""RETURNING {_RUNS}.id, {_RUNS}.name, {_RUNS}.args,
-       EXISTS (SELECT 1 FROM {_STEPS} s WHERE s.workflow_id = {_RUNS}.id), {_RUNS}.recoveries"""
+       EXISTS (SELECT 1 FROM {_STEPS} s WHERE s.workflow_id = {_RUNS}.id), {_RUNS}.recoveries,
+       {_RUNS}.due_at"""
+# Due runs, in the order they became due: the (status, due_at, id) index walks them and
+# stops before the first run still sleeping or waiting.
+_DUE = f"{_SCHEDULED} AND due_at <= %s ORDER BY due_at, id"
 
 
 def _marks() -> str:
@@ -223,37 +229,32 @@ def _claim_statement(vendor: str) -> str | None:
         # condition made the planner walk every scheduled run for each claim.
         return f"""
 WITH due AS MATERIALIZED (
-       SELECT id FROM {_RUNS} WHERE {_SCHEDULED} ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED)
+       SELECT id FROM {_RUNS} WHERE {_DUE} LIMIT %s FOR UPDATE SKIP LOCKED)
 UPDATE {_RUNS} SET {marks} FROM due WHERE {_RUNS}.id = due.id
 {_RETURNING}"""
     if vendor == "sqlite":
         # SQLite holds its write lock for the whole statement: the subquery runs once.
         return f"""
 UPDATE {_RUNS} SET {marks}
- WHERE {_SCHEDULED} AND id IN (SELECT id FROM {_RUNS} WHERE {_SCHEDULED} ORDER BY id LIMIT %s)
+ WHERE {_SCHEDULED} AND id IN (SELECT id FROM {_RUNS} WHERE {_DUE} LIMIT %s)
 {_RETURNING}"""
     return None  # MariaDB/MySQL: no UPDATE … RETURNING
 
 
-def claim_due(runner: str, limit: int, *, idle: bool = False) -> list[Claim]:
-    """Claim up to ``limit`` scheduled runs for ``runner``, oldest first.
-
-    ``idle``: the caller's previous claim found nothing. Where a claim takes a
-    transaction of several statements (MariaDB/MySQL), a plain look for a due run comes
-    first, so the poll of an idle worker is one statement.
-    """
+def claim_due(runner: str, limit: int) -> list[Claim]:
+    """Claim up to ``limit`` due runs for ``runner``, in the order they became due (for
+    runs scheduled to start at once: oldest first)."""
     if limit <= 0:
         return []
     token = uuid.uuid4()
     db, conn = _current()
     if db.claim is None:
-        if idle and not _any_due(db, conn):
-            return []
         return _claim_locking(runner, token, limit)
     now = timezone.now()
     marks = db.mark_params(runner, token, now)
-    # PostgreSQL's statement names the limit (in its CTE) before the marks.
-    params = [limit, *marks] if db.vendor == "postgresql" else [*marks, limit]
+    due = db.param("due_at", now)
+    # PostgreSQL's statement names the due time and limit (in its CTE) before the marks.
+    params = [due, limit, *marks] if db.vendor == "postgresql" else [*marks, due, limit]
     cursor = db.cursor(conn)
     cursor.execute(db.claim, params)
     rows = cursor.fetchall()
@@ -261,10 +262,25 @@ def claim_due(runner: str, limit: int, *, idle: bool = False) -> list[Claim]:
     return sorted(claims, key=lambda held: held.run_id)
 
 
-def _any_due(db: _Vendor, conn: Any) -> bool:
-    with db.cursor(conn) as cursor:
-        cursor.execute(f"SELECT 1 FROM {_RUNS} WHERE {_SCHEDULED} LIMIT 1")
-        return cursor.fetchone() is not None
+def next_due() -> datetime | None:
+    """When the next scheduled run is due (possibly already), or None if none will be
+    without an event: an idle worker's one statement per poll, which also tells it how
+    long it may wait."""
+    db, conn = _current()
+    cursor = db.cursor(conn)  # kept with the connection: not closed here
+    cursor.execute(db.next_due)
+    row = cursor.fetchone()
+    value = row[0] if row else None
+    return None if value is None else _as_datetime(value)
+
+
+def _as_datetime(value: Any) -> datetime:
+    # The driver's own cursor returns SQLite's text, and naive values elsewhere.
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if timezone.is_naive(value):
+        value = value.replace(tzinfo=UTC)
+    return value
 
 
 def _claim_locking(runner: str, token: uuid.UUID, limit: int) -> list[Claim]:
@@ -272,12 +288,12 @@ def _claim_locking(runner: str, token: uuid.UUID, limit: int) -> list[Claim]:
     skip = " SKIP LOCKED" if conn.features.has_select_for_update_skip_locked else ""
     select = (
         f"SELECT w.id, w.name, w.args, EXISTS ("
-        f"SELECT 1 FROM {_STEPS} s WHERE s.workflow_id = w.id), w.recoveries "
-        f"FROM {_RUNS} w WHERE w.{_SCHEDULED} ORDER BY w.id LIMIT %s FOR UPDATE{skip}"
+        f"SELECT 1 FROM {_STEPS} s WHERE s.workflow_id = w.id), w.recoveries, w.due_at "
+        f"FROM {_RUNS} w WHERE w.{_DUE} LIMIT %s FOR UPDATE{skip}"
     )
     now = timezone.now()
     with transaction.atomic(), db.cursor(conn) as cursor:
-        cursor.execute(select, [limit])
+        cursor.execute(select, [db.param("due_at", now), limit])
         rows = cursor.fetchall()
         if rows:
             marks = db.mark_params(runner, token, now)
@@ -302,7 +318,7 @@ def reclaim_parked(runner: str) -> list[Claim]:
 
 def _with_steps(runs: Any) -> Any:
     recorded = Exists(Step.objects.filter(workflow_id=OuterRef("id")))
-    columns = ("id", "name", "args", "recorded", "recoveries")
+    columns = ("id", "name", "args", "recorded", "recoveries", "due_at")
     return runs.annotate(recorded=recorded).values_list(*columns)
 
 
@@ -314,13 +330,21 @@ def _claim(
     args: Any,
     recorded: Any,
     recoveries: int,
+    due_at: Any,
 ) -> Claim:
     # Raw rows carry the database's own forms: a hex string for a UUID outside
-    # PostgreSQL, JSON text for the arguments.
+    # PostgreSQL, JSON text for the arguments, text or naive datetimes for times.
     run_id = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(run_id)
     args = json.loads(args) if isinstance(args, str | bytes) else args
     return Claim(
-        run_id, token, runner, workflow=name, args=args, fresh=not recorded, recoveries=recoveries
+        run_id,
+        token,
+        runner,
+        workflow=name,
+        args=args,
+        fresh=not recorded,
+        recoveries=recoveries,
+        due_at=None if due_at is None else _as_datetime(due_at),
     )
 
 

@@ -13,26 +13,32 @@ from django.db.models import Count
 from django.utils import timezone
 
 from everystep.models import Status, Step, Workflow
+from everystep.store.waits import waiting_count
 
 
 def queue_stats() -> dict[str, Any]:
-    """Counts of pending, running and blocked runs and the age of the oldest pending run."""
+    """Counts of pending (due), waiting (sleeping, waiting for an event, not started
+    yet), running and blocked runs, and how long the longest-due run has waited."""
+    now = timezone.now()
     rows = (
         Workflow.objects.filter(status__in=[Status.SCHEDULED, Status.RUNNING, Status.BLOCKED])
         .values("status")
         .annotate(n=Count("id"))
     )
     counts = {row["status"]: row["n"] for row in rows}
-    # The claim index (status, id) serves this: ids are time-ordered UUIDv7.
+    waiting = waiting_count()
+    # The claim index (status, due_at, id) serves this.
     oldest = (
-        Workflow.objects.filter(status=Status.SCHEDULED)
-        .order_by("id")
-        .values_list("created_at", flat=True)
+        Workflow.objects.filter(status=Status.SCHEDULED, due_at__lte=now)
+        .order_by("due_at")
+        .values_list("due_at", flat=True)
         .first()
     )
-    age = (timezone.now() - oldest).total_seconds() if oldest is not None else 0.0
+    age = (now - oldest).total_seconds() if oldest is not None else 0.0
     return {
-        "pending": counts.get(Status.SCHEDULED, 0),
+        # Two reads: never report a negative count if a run woke in between.
+        "pending": max(counts.get(Status.SCHEDULED, 0) - waiting, 0),
+        "waiting": waiting,
         "running": counts.get(Status.RUNNING, 0),
         "blocked": counts.get(Status.BLOCKED, 0),
         "oldest_pending_age": max(age, 0.0),

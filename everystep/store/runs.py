@@ -44,11 +44,14 @@ def _guarded(func: Callable[P, R]) -> Callable[P, R]:
     return guarded
 
 
-def create_run(name: str, args: list[Any], idempotency_key: str | None) -> Workflow:
-    """Insert a ``scheduled`` run in the caller's transaction, or return the run that
-    already holds ``(name, idempotency_key)``."""
+def create_run(
+    name: str, args: list[Any], idempotency_key: str | None, *, due_at: Any = None
+) -> Workflow:
+    """Insert a ``scheduled`` run in the caller's transaction, due at ``due_at`` (now by
+    default), or return the run that already holds ``(name, idempotency_key)``."""
+    due_at = due_at or timezone.now()
     if idempotency_key is None:
-        run = Workflow.objects.create(name=name, args=args)
+        run = Workflow.objects.create(name=name, args=args, due_at=due_at)
         notify_due()
         return run
     try:
@@ -57,7 +60,9 @@ def create_run(name: str, args: list[Any], idempotency_key: str | None) -> Workf
         # waiting. The savepoint keeps the caller's transaction usable when the unique
         # index refuses the insert.
         with transaction.atomic():
-            run = Workflow.objects.create(name=name, args=args, idempotency_key=idempotency_key)
+            run = Workflow.objects.create(
+                name=name, args=args, idempotency_key=idempotency_key, due_at=due_at
+            )
             notify_due()
             return run
     except IntegrityError:

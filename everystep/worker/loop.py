@@ -91,6 +91,7 @@ class Worker:
         self.ready = self.state.ready  # set once catchup is done and the loop runs
         self._backoff = 0.0
         self._idle = False  # the last claim found nothing
+        self._next_due: datetime | None = None  # when idle: the next run due, if known
 
     # -- public -----------------------------------------------------------------------
 
@@ -141,7 +142,7 @@ class Worker:
                 # While LISTEN holds, a due run wakes the loop at once and the poll is
                 # only the safety net: it may be slower, and an idle worker costs less.
                 poll = max(self.poll, LISTENING_POLL) if listening.is_set() else self.poll
-                state.wake.wait(self._backoff or poll)
+                state.wake.wait(self._backoff or self._until_due(poll))
         finally:
             listen_stop.set()
             clean = shutdown.drain(state, executor, beat, self.reap)
@@ -224,7 +225,7 @@ class Worker:
         batch = self._take_backlog(capacity)
         if len(batch) < capacity:
             try:
-                claimed = store.claim_due(self.name, capacity - len(batch), idle=self._idle)
+                claimed = self._claim(capacity - len(batch))
             except store.DATABASE_ERRORS as exc:
                 self._database_down(exc)
             else:
@@ -237,6 +238,24 @@ class Worker:
             future = executor.submit(self._execute, held)
             self.state.running[future] = held
             future.add_done_callback(lambda _: self.state.wake.set())
+
+    def _claim(self, limit: int) -> list[Claim]:
+        # An idle worker first asks when the next run is due (one cheap statement): it
+        # claims only if one is due now, and otherwise knows how long it may wait.
+        if self._idle:
+            self._next_due = store.next_due()
+            if self._next_due is None or self._next_due > timezone.now():
+                return []
+        self._next_due = None
+        return store.claim_due(self.name, limit)
+
+    def _until_due(self, poll: float) -> float:
+        """Seconds to wait before the next tick: the poll, or less if a sleeping or
+        waiting run is due sooner (so it wakes within milliseconds of its time)."""
+        if self._next_due is None:
+            return poll
+        left = (self._next_due - timezone.now()).total_seconds()
+        return min(poll, max(left, 0.001))
 
     def _take_backlog(self, capacity: int) -> list[Claim]:
         now = time.monotonic()

@@ -143,14 +143,15 @@ def test_json_logs_are_one_object_per_line_with_run_fields():
 def test_liveness_fails_when_the_claim_loop_is_wedged(monkeypatch):
     """/healthz is 200 while the loop ticks, 503 once it is wedged, 200 again after."""
     wedged, release = threading.Event(), threading.Event()
-    real = store.claim_due
+    real = store.next_due
 
-    def maybe_stuck(runner: str, limit: int, **options: bool):
+    def maybe_stuck():
         if wedged.is_set():
             release.wait(60)
-        return real(runner, limit, **options)
+        return real()
 
-    monkeypatch.setattr(store, "claim_due", maybe_stuck)
+    # The idle worker's one statement per poll.
+    monkeypatch.setattr(store, "next_due", maybe_stuck)
     port = free_port()
     worker = Worker(
         poll=0.02,

@@ -106,11 +106,23 @@ def test_a_claim_takes_at_most_its_limit():
 
 
 def test_an_idle_poll_is_one_statement():
-    """A claim after one that found nothing (an idle worker's poll) costs one statement
-    on every database when nothing is due."""
+    """An idle worker's poll costs one statement on every database when nothing is due,
+    sleeping runs included, and tells it when the next run is due."""
+    from datetime import timedelta
+
+    from everystep.worker import Worker
+
+    worker = Worker(name="counter", pool_size=4)
+    worker._idle = True
     with counted() as statements:
-        assert store.claim_due("counter", 4, idle=True) == []
+        assert worker._claim(4) == []
     assert len(statements) == 1, statements
+    sleeper = schedule(wf.sequential, 1, 1, delay=timedelta(minutes=5))
+    with counted() as statements:
+        assert worker._claim(4) == []
+    assert len(statements) == 1, statements
+    assert worker._next_due == Workflow.objects.get(id=sleeper.id).due_at
+    assert 0 < worker._until_due(600) <= 300
     run = schedule(wf.sequential, 1, 1)
-    (held,) = store.claim_due("counter", 4, idle=True)
+    (held,) = worker._claim(4)
     assert held.run_id == run.id

@@ -1,0 +1,119 @@
+"""Runs that wait: releasing a run until it is due, and events sent to runs.
+
+A waiting run is ``scheduled`` with ``due_at`` in the future (a sleep, a delayed start,
+a wait's deadline) or NULL (a wait for an event with no timeout), so the claim skips it
+until then. ``send`` records an event and makes a waiting run due at once.
+
+The race between a run deciding to wait and an event arriving for it is closed by the
+run row's lock: ``suspend_run`` updates the row first and only then looks for the events
+it awaits, and ``send_event`` updates (locks) the row before inserting the event. Either
+the suspension commits first, and the sender then finds the run waiting and wakes it, or
+the sender commits first, and the suspension then finds the event and stays due.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.db import IntegrityError, transaction
+from django.db.models import Case, F, Q, Value, When
+from django.utils import timezone
+
+from everystep.errors import EverystepError
+from everystep.models import FINAL_STATUSES, Event, Status, Workflow
+from everystep.serde import encode
+from everystep.store import claims
+from everystep.store.runs import _guarded, _refused
+from everystep.store.wake import notify_due
+from everystep.values import Claim
+
+
+def check_event_name(name: object) -> None:
+    """An event name fits the column and means something."""
+    if not isinstance(name, str) or not name.strip() or len(name) > 255:
+        raise EverystepError(
+            f"an event name must be a non-empty string of at most 255 characters, got {name!r}"
+        )
+
+
+@_guarded
+def suspend_run(claim: Claim, due: datetime | None, events: frozenset[str]) -> bool:
+    """Release the claimed run until ``due`` (None: until one of ``events`` is sent);
+    False if the claim no longer holds it."""
+    now = timezone.now()
+    with transaction.atomic():
+        released = Workflow.objects.held_by(claim).update(
+            status=Status.SCHEDULED,
+            claimed_by=None,
+            claim_token=None,
+            due_at=due,
+            waiting_for=", ".join(sorted(events))[:255] or None,
+            updated_at=now,
+        )
+        if not released:
+            return False
+        # Read with a lock: the latest committed events, whatever the isolation level.
+        sent = Event.objects.select_for_update().filter(workflow_id=claim.run_id, name__in=events)
+        woken = bool(events) and sent.exists()
+        if woken:
+            Workflow.objects.filter(id=claim.run_id).update(due_at=now)
+        if woken or (due is not None and due <= now):
+            notify_due()
+    return True
+
+
+@_guarded
+def event_payload(run_id: UUID, name: str) -> tuple[bool, Any]:
+    """``(True, stored payload)`` if event ``name`` was sent to the run, else
+    ``(False, None)``."""
+    row = Event.objects.filter(workflow_id=run_id, name=name).values_list("payload").first()
+    return (False, None) if row is None else (True, row[0])
+
+
+@_guarded
+def settle_wait(
+    claim: Claim, step_id: str, *, status: str, result: Any = None, error: Any = None
+) -> None:
+    """Replace a pending wait's ``started`` record with its outcome, fenced."""
+    values = {"status": status, "result": result, "error": error, "finished_at": timezone.now()}
+    if not claims.settle_started_fenced(claim, step_id, values):
+        raise _refused(claim)
+
+
+def send_event(run_id: UUID | str, name: str, payload: Any = None) -> bool:
+    """Record event ``name`` for the run, in the caller's transaction, and make the run
+    due at once if it waits. False if an event of that name was already sent (the first
+    payload stays). ``EverystepError`` for an unknown or finished run, or a payload that
+    cannot be stored."""
+    check_event_name(name)
+    try:
+        run_id = UUID(str(run_id))
+    except ValueError:
+        raise EverystepError(f"not a run id: {run_id!r}") from None
+    stored = encode(payload, f"payload of event {name!r}")
+    now = timezone.now()
+    waiting = When(status=Status.SCHEDULED, waiting_for__isnull=False, then=Value(now))
+    with transaction.atomic():
+        # Lock the run row first (see the module docstring), waking it if it waits.
+        if not Workflow.objects.filter(id=run_id).update(due_at=Case(waiting, default=F("due_at"))):
+            raise EverystepError(f"no run with id {run_id}")
+        status = Workflow.objects.filter(id=run_id).values_list("status", flat=True).get()
+        if status in FINAL_STATUSES:
+            raise EverystepError(
+                f"run {run_id} is {status}: events can only be sent to unfinished runs"
+            )
+        try:
+            with transaction.atomic():
+                Event.objects.create(workflow_id=run_id, name=name, payload=stored, sent_at=now)
+        except IntegrityError:
+            return False
+        notify_due()
+    return True
+
+
+def waiting_count() -> int:
+    """Runs that sleep or wait: scheduled and not due yet."""
+    not_due = Q(due_at__gt=timezone.now()) | Q(due_at=None)
+    return Workflow.objects.filter(not_due, status=Status.SCHEDULED).count()
