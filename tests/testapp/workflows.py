@@ -9,6 +9,7 @@ from typing import Any
 from everystep import Terminal, parallel, step, workflow
 from everystep.context import current
 from everystep.errors import StepFailure
+from tests.testapp import bad_workflows  # noqa: F401  (autodiscovery reaches it only from here)
 
 CALLS: Counter[str] = Counter()
 _lock = threading.Lock()
