@@ -282,3 +282,26 @@ def test_generator_exit_from_a_step_is_left_alone():
     run.refresh_from_db()
     assert run.status == "running"
     assert sorted(steps_of(run)) == ["1"]
+
+
+def test_a_stop_reason_holding_a_nul_is_stored_printable():
+    """A Terminal reason is shown, never rebuilt: stored escaped, the payload exactly."""
+    run = schedule(bad.stops_with, "card\x00expired")
+    run_due()
+    run.refresh_from_db()
+    assert run.status == "stopped"
+    assert run.error["reason"] == "card\\u0000expired"
+    assert serde.decode(run.error["payload"]) == {"why": "card\x00expired"}
+
+
+def test_a_step_name_holding_a_nul_fails_the_run_with_a_clear_error(history):
+    """An everystep_id is stored and matched as it is: refused on every database."""
+    before = recorded()
+    run = schedule(bad.named_step, "a\x00b")
+    run_due()
+    run.refresh_from_db()
+    assert run.status == "failed"
+    assert run.error["type"] == "everystep.errors.EverystepError"
+    assert "NUL character" in run.error["message"]
+    assert not Step.objects.filter(workflow=run).exists()
+    assert recorded()[1] == before[1], "no step row changed"

@@ -124,3 +124,16 @@ def exit_process_once(marker: str) -> str:
 @workflow
 def exits_once(marker: str) -> list[Any]:
     return [mirror("before"), exit_process_once(marker), mirror("after")]
+
+
+@workflow
+def stops_with(reason: str) -> None:
+    """Ends the run ``stopped`` with ``reason`` (which may hold a NUL)."""
+    from everystep import Terminal
+
+    raise Terminal(reason, {"why": reason})
+
+
+@workflow
+def named_step(name: str) -> Any:
+    return mirror(1, everystep_id=name)
