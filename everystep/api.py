@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
 
 from everystep import registry, serde
+from everystep.errors import EverystepError
 from everystep.registry import StepDef, WorkflowDef
 
 if TYPE_CHECKING:
@@ -39,12 +40,28 @@ def workflow(fn: Any = None, /, *, name: str | None = None) -> Any:
     def register(func: F) -> F:
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise TypeError(f"@workflow(name=...) must be a non-empty string, got {name!r}")
-        defn = WorkflowDef(name or serde.qualified_name(func), func)
+        defn = WorkflowDef(_stored_name(name or serde.qualified_name(func), "workflow"), func)
         registry.register(defn)
         func.__everystep_workflow__ = defn  # type: ignore[attr-defined]
         return func
 
     return register(fn) if fn is not None else register
+
+
+# The name column of runs and steps.
+MAX_NAME_LENGTH = 255
+
+
+def _stored_name(name: str, kind: str) -> str:
+    """``name`` if every database can store it as a run's or step's name: refused at
+    decoration time rather than by one database at the first schedule or record."""
+    serde.storable_text(name, f"{kind} name {name[:60]!r}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise EverystepError(
+            f"{kind} name {name[:60]!r}… is {len(name)} characters; runs and steps store "
+            f"names of at most {MAX_NAME_LENGTH}"
+        )
+    return name
 
 
 # A step call also accepts ``everystep_id=``, which no parameter list can express, so the
@@ -61,7 +78,7 @@ def step(fn: Any = None, /, *, unsafe_to_repeat: bool = False) -> Any:
     ``everystep_id="name"`` to give the step a stable id."""
 
     def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
-        defn = StepDef(serde.qualified_name(func), func, unsafe_to_repeat)
+        defn = StepDef(_stored_name(serde.qualified_name(func), "step"), func, unsafe_to_repeat)
 
         @functools.wraps(func)
         def call(*args: Any, everystep_id: str | None = None, **kwargs: Any) -> Any:
@@ -118,6 +135,8 @@ def schedule(
         not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > 255
     ):
         raise TypeError("idempotency_key must be a non-empty string of at most 255 characters")
+    if idempotency_key is not None:
+        serde.storable_text(idempotency_key, f"idempotency_key of workflow {defn.name}")
     stored = serde.encode(list(args), f"arguments of workflow {defn.name}")
     return store.create_run(defn.name, stored, idempotency_key, due_at=due)
 

@@ -52,6 +52,9 @@ class Option:
     maximum: float | None = None
     setting: str | None = None  # the Django setting read when no value is given
     default_text: str | None = None  # how a default computed at run time is shown
+    # A sanity cap beyond which no value makes sense (threads, timer waits), refused
+    # with its own message so that ``expected()`` keeps naming the usual limits.
+    ceiling: float | None = None
 
     @property
     def flag(self) -> str:
@@ -83,6 +86,10 @@ class Option:
         ``ValueError`` saying what is expected."""
         if not self._well_typed(value) or not self._within_limits(value):
             raise ValueError(f"must be {self.expected()}, got {value!r}")
+        if self.ceiling is not None and value > self.ceiling:
+            raise ValueError(f"must be at most {self.ceiling:g}, got {value!r}")
+        if self.kind is str and not _storable(value):
+            raise ValueError(f"must not contain a NUL character or a lone surrogate, got {value!r}")
         return float(value) if self.kind is float else value
 
     def _well_typed(self, value: Any) -> bool:
@@ -107,6 +114,15 @@ class Option:
         return self.maximum is None or size <= self.maximum
 
 
+def _storable(text: str) -> bool:
+    """Text every database stores (no NUL, valid UTF-8): a runner name is written to the
+    run rows and matched as it is."""
+    return "\x00" not in text and not any("\ud800" <= ch <= "\udfff" for ch in text)
+
+
+# A week: beyond it a poll, heartbeat or timeout is a typo, and timer waits overflow.
+_LONGEST = 7 * 24 * 3600.0
+
 OPTIONS: tuple[Option, ...] = (
     Option(
         "pool_size",
@@ -115,9 +131,17 @@ OPTIONS: tuple[Option, ...] = (
         4,
         "runs in flight at most; nothing is claimed while the pool is full",
         minimum=1,
+        ceiling=10_000,  # one thread each
     ),
     Option(
-        "poll", "poll", float, 0.2, "seconds between claim polls when idle", minimum=0, above=True
+        "poll",
+        "poll",
+        float,
+        0.2,
+        "seconds between claim polls when idle",
+        minimum=0,
+        above=True,
+        ceiling=_LONGEST,
     ),
     Option(
         "name",
@@ -137,6 +161,7 @@ OPTIONS: tuple[Option, ...] = (
         30.0,
         "seconds to wait for in-flight steps at shutdown; 0 waits indefinitely",
         minimum=0,
+        ceiling=_LONGEST,
     ),
     Option(
         "metrics_port",
@@ -173,6 +198,7 @@ OPTIONS: tuple[Option, ...] = (
         "seconds between heartbeats of this runner",
         minimum=0,
         above=True,
+        ceiling=_LONGEST,
         setting="EVERYSTEP_HEARTBEAT",
     ),
     Option(
@@ -183,6 +209,7 @@ OPTIONS: tuple[Option, ...] = (
         "requeue the runs of runners whose "
         "heartbeat is older than this; 0 = never (must exceed twice the heartbeat)",
         minimum=0,
+        ceiling=_LONGEST,
         setting="EVERYSTEP_ORPHAN_TIMEOUT",
     ),
     Option(
@@ -193,6 +220,7 @@ OPTIONS: tuple[Option, ...] = (
         "/healthz fails when the claim loop has not ticked for this many seconds",
         minimum=0,
         above=True,
+        ceiling=_LONGEST,
         default_text="max(60, 10 * poll)",
     ),
 )

@@ -8,6 +8,13 @@ On a live pass the engine hands the body the *decoded stored form* of a step's r
 the value as a replay will rebuild it from the database, so a workflow body sees the
 same thing on the first pass and after a resume (a tuple comes back as a list on both
 paths). ``roundtrip`` gives that value for any input.
+
+Every stored value is one every database takes, so a workflow behaves the same on
+SQLite, PostgreSQL and MariaDB: a string holding a NUL character or a lone surrogate
+(which PostgreSQL, MariaDB's JSON check or the drivers refuse) is stored escaped in a
+``str`` tag, a dict with such a key in a ``dict`` tag with escaped keys, and lists and
+dicts may nest at most ``MAX_DEPTH`` levels (MariaDB's JSON limit). Ordinary strings
+are stored as they are.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import datetime as dt
 import enum
 import importlib
 import math
+import re
 import uuid
 from decimal import Decimal
 from typing import Any
@@ -30,6 +38,59 @@ SUPPORTED = (
     "None, bool, int, float (finite), str, list, tuple (stored as list), dict with str keys, "
     "datetime (naive or aware), date, timedelta, UUID, Decimal, bytes, Enum members"
 )
+
+
+# Arrays and objects nest at most this deep in a stored value: MariaDB's JSON columns
+# refuse 32 levels (their CHECK (json_valid(...)) fails), so the same limit holds on
+# every database and what runs on SQLite also runs on MariaDB. It also stops a cycle.
+MAX_DEPTH = 31
+
+# What no database stores as text: NUL (PostgreSQL's text and jsonb refuse it) and lone
+# surrogates (what Python makes of bytes that are not UTF-8: no driver encodes them, and
+# the JSON of MariaDB and PostgreSQL refuses their escapes).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_TO_ESCAPE = re.compile("[\\\\\x00\ud800-\udfff]")
+_ESCAPED = re.compile(r"\\(\\|u[0-9a-f]{4})")
+
+
+def storable_text(text: str, what: str) -> str:
+    """``text`` if every database can store it as it is, else an ``EverystepError``
+    naming ``what`` and the position. For names, ids and filters, which are matched as
+    they are; values (arguments, results) are escaped instead."""
+    found = _UNSTORABLE.search(text)
+    if found is None:
+        return text
+    where = f"{what} contains {_escape_char(found)} at position {found.start()}"
+    if found.group() == "\x00":
+        raise EverystepError(
+            f"{where}: a NUL character, which PostgreSQL cannot store (refused on every database)"
+        )
+    raise EverystepError(f"{where}: a lone surrogate, so the text is not valid UTF-8")
+
+
+def printable(text: str) -> str:
+    """``text`` with what no database stores written as ``\\uXXXX``: for messages, which
+    are shown and never turned back into values."""
+    return _UNSTORABLE.sub(_escape_char, text)
+
+
+def _escape_char(found: re.Match[str]) -> str:
+    return f"\\u{ord(found.group()):04x}"
+
+
+def _escape(text: str) -> str:
+    # Backslashes are doubled, so `_unescape` tells an escape from the user's own text.
+    return _TO_ESCAPE.sub(lambda m: "\\\\" if m.group() == "\\" else _escape_char(m), text)
+
+
+def _unescape(text: str) -> str:
+    return _ESCAPED.sub(lambda m: "\\" if m[1] == "\\" else chr(int(m[1][1:], 16)), text)
+
+
+def _needs_escape(text: str) -> bool:
+    if text.isascii() and "\x00" not in text:  # the usual case, decided at C speed
+        return False
+    return _UNSTORABLE.search(text) is not None
 
 
 def qualified_name(obj: Any) -> str:
@@ -55,11 +116,19 @@ def import_qualified(path: str) -> Any:
 
 
 def encode(value: Any, where: str = "value") -> Any:
-    """Turn ``value`` into plain JSON data, or raise ``EverystepError`` naming the type."""
-    if value is None or isinstance(value, bool | str):
+    """Turn ``value`` into plain JSON data every database stores, or raise
+    ``EverystepError`` naming the type (or the problem) and the position."""
+    return _encode(value, where, 0)
+
+
+def _encode(value: Any, where: str, depth: int) -> Any:
+    # ``depth``: how many lists and dicts of the stored form enclose ``value``.
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, str):
+        return _encode_str(value, where, depth)
     if isinstance(value, enum.Enum):
-        return _encode_enum(value, where)
+        return _encode_enum(value, where, depth)
     if isinstance(value, int):
         return value
     if isinstance(value, float):
@@ -67,13 +136,32 @@ def encode(value: Any, where: str = "value") -> Any:
             raise EverystepError(f"cannot serialize non-finite float {value!r} at {where}")
         return value
     if isinstance(value, list | tuple):
-        return [encode(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        inner = _nested(where, depth + 1)
+        return [_encode(item, f"{where}[{i}]", inner) for i, item in enumerate(value)]
     if isinstance(value, dict):
-        return _encode_dict(value, where)
-    return _encode_scalar(value, where)
+        return _encode_dict(value, where, depth)
+    tagged = _encode_scalar(value, where)
+    _nested(where, depth + (2 if isinstance(tagged["v"], list) else 1))
+    return tagged
 
 
-def _encode_enum(value: enum.Enum, where: str) -> dict[str, Any]:
+def _nested(where: str, depth: int) -> int:
+    if depth > MAX_DEPTH:
+        raise EverystepError(
+            f"cannot serialize {where}: lists, dicts and tagged values nest more than "
+            f"{MAX_DEPTH} levels deep there (the most MariaDB's JSON stores; a cycle?)"
+        )
+    return depth
+
+
+def _encode_str(value: str, where: str, depth: int) -> Any:
+    if not _needs_escape(value):
+        return value
+    _nested(where, depth + 1)
+    return {TAG: "str", "v": _escape(value)}
+
+
+def _encode_enum(value: enum.Enum, where: str, depth: int) -> dict[str, Any]:
     # Stored by member name: any member value works, and the class must be importable
     # by its qualified name or the value could never be read back.
     cls_name = qualified_name(type(value))
@@ -82,19 +170,29 @@ def _encode_enum(value: enum.Enum, where: str) -> dict[str, Any]:
             f"cannot serialize enum member {value!r} at {where}: its class {cls_name} cannot "
             "be imported by that name (define enums at module level)"
         )
-    return {TAG: "enum", "cls": cls_name, "name": value.name}
+    _nested(where, depth + 1)
+    return {TAG: "enum", "cls": cls_name, "name": _encode_str(value.name, where, depth + 1)}
 
 
-def _encode_dict(value: dict[Any, Any], where: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, item in value.items():
+def _encode_dict(value: dict[Any, Any], where: str, depth: int) -> dict[str, Any]:
+    for key in value:
         if not isinstance(key, str):
             raise EverystepError(
                 f"cannot serialize dict key of type {type(key).__name__!r} at {where}: "
                 "only str keys survive JSON"
             )
-        out[key] = encode(item, f"{where}[{key!r}]")
-    return {TAG: "dict", "v": out} if TAG in out else out
+    # A key that is the tag, or one no database stores, puts the dict in a "dict" tag
+    # (one level deeper); unstorable keys are then escaped, every one of them.
+    escaped = any(_needs_escape(key) for key in value)
+    wrapped = escaped or TAG in value
+    inner = _nested(where, depth + (2 if wrapped else 1))
+    out = {
+        (_escape(key) if escaped else key): _encode(item, f"{where}[{key!r}]", inner)
+        for key, item in value.items()
+    }
+    if escaped:
+        return {TAG: "dict", "keys": "escaped", "v": out}
+    return {TAG: "dict", "v": out} if wrapped else out
 
 
 def _encode_scalar(value: Any, where: str) -> dict[str, Any]:
@@ -136,10 +234,13 @@ def _decode_tagged(tag: str, data: dict[str, Any]) -> Any:
         cls = import_qualified(data["cls"])
         if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
             raise EverystepError(f"stored enum class {data['cls']!r} cannot be imported")
-        return cls[data["name"]]
+        return cls[decode(data["name"])]
     raw = data["v"]
+    if tag == "str":
+        return _unescape(raw)
     if tag == "dict":
-        return {key: decode(item) for key, item in raw.items()}
+        key = _unescape if data.get("keys") == "escaped" else str
+        return {key(name): decode(item) for name, item in raw.items()}
     if tag == "datetime":
         value = dt.datetime.fromisoformat(raw)
         return value.astimezone(ZoneInfo(data["tz"])) if "tz" in data else value
@@ -164,15 +265,20 @@ def roundtrip(value: Any, where: str = "value") -> Any:
 def encode_error(exc: BaseException) -> dict[str, Any]:
     """Store an exception as ``{type, message, args}``; an argument that cannot be
     serialized is stored as its ``repr()``."""
-    args = [_encode_or_repr(arg) for arg in exc.args]
-    return {"type": qualified_name(type(exc)), "message": str(exc), "args": args}
+    # The args sit two levels down in the stored error: {"args": [...]}.
+    args = [_encode_or_repr(arg, 2) for arg in exc.args]
+    return {
+        "type": printable(qualified_name(type(exc))),
+        "message": printable(str(exc)),
+        "args": args,
+    }
 
 
-def _encode_or_repr(value: Any) -> Any:
+def _encode_or_repr(value: Any, depth: int) -> Any:
     try:
-        return encode(value, "exception argument")
+        return _encode(value, "exception argument", depth)
     except EverystepError:
-        return repr(value)
+        return printable(repr(value))
 
 
 def decode_error(data: dict[str, Any]) -> BaseException:
@@ -185,4 +291,5 @@ def decode_error(data: dict[str, Any]) -> BaseException:
             return cls(*decode(args))
         except Exception:  # any constructor signature we cannot satisfy
             pass
-    return StepFailure(f"{data['type']}: {data.get('message', '')}", data["type"])
+    message = data.get("message")
+    return StepFailure(f"{data['type']}: {message}" if message else data["type"], data["type"])

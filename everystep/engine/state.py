@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from everystep.errors import EverystepError
+from everystep.serde import storable_text
 from everystep.values import Claim, RecordedStep
 
 MAX_STEP_ID_LENGTH = 300
@@ -54,6 +55,8 @@ def check_name(name: object) -> None:
     """Refuse names that would make step ids ambiguous or unstable."""
     if not isinstance(name, str) or not name:
         raise EverystepError(f"everystep_id must be a non-empty string, got {name!r}")
+    # A step id is stored and matched as it is: refused where some database cannot.
+    storable_text(name, f"everystep_id {name!r}")
     if "." in name:
         raise EverystepError(f"everystep_id {name!r} must not contain a dot")
     if any(ch.isspace() for ch in name):

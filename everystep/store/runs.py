@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from everystep.errors import ClaimLost, EverystepError, RunGone, StepFailure, StoreUnavailable
 from everystep.models import Status, Step, StepStatus, Workflow
-from everystep.serde import encode, encode_error
+from everystep.serde import encode, encode_error, storable_text
 from everystep.store import claims
 from everystep.store.wake import notify_due
 from everystep.values import Claim, RecordedStep
@@ -39,9 +39,32 @@ def _guarded(func: Callable[P, R]) -> Callable[P, R]:
         try:
             return func(*args, **kwargs)
         except (OperationalError, InterfaceError) as exc:
+            too_large = _too_large(exc)
+            if too_large is not None:
+                raise too_large from exc
             raise StoreUnavailable(f"database unavailable in {func.__name__}: {exc}") from exc
 
     return guarded
+
+
+# MySQL/MariaDB error 1153: a statement bigger than the server's max_allowed_packet (16 MiB
+# by default on MariaDB). No outage: the same write fails each time, so retrying it would
+# run the step again forever.
+_PACKET_TOO_LARGE = 1153
+
+
+def _too_large(exc: Exception) -> EverystepError | None:
+    """The ``EverystepError`` for a write refused for its size, else None."""
+    if connection.vendor != "mysql" or not exc.args or exc.args[0] != _PACKET_TOO_LARGE:
+        return None
+    if not connection.in_atomic_block:
+        # The server drops the connection after this error: the next statement (the
+        # run's failure) must open a new one.
+        connection.close()
+    return EverystepError(
+        f"the database refused a value this large ({exc.args[-1]}): raise the server's "
+        "max_allowed_packet, or keep large data out of arguments and results"
+    )
 
 
 def create_run(
@@ -49,7 +72,16 @@ def create_run(
 ) -> Workflow:
     """Insert a ``scheduled`` run in the caller's transaction, due at ``due_at`` (now by
     default), or return the run that already holds ``(name, idempotency_key)``."""
-    due_at = due_at or timezone.now()
+    try:
+        return _insert_run(name, args, idempotency_key, due_at or timezone.now())
+    except OperationalError as exc:
+        too_large = _too_large(exc)
+        if too_large is None:
+            raise
+        raise EverystepError(f"cannot schedule {name}: {too_large}") from exc
+
+
+def _insert_run(name: str, args: list[Any], idempotency_key: str | None, due_at: Any) -> Workflow:
     if idempotency_key is None:
         run = Workflow.objects.create(name=name, args=args, due_at=due_at)
         notify_due()
@@ -162,17 +194,31 @@ def settle_step(run_id: str, step_id: str, *, mode: str, text: str = "") -> Work
     Bad input is an ``EverystepError`` saying what was expected; nothing is written."""
     if mode not in SETTLE_MODES:
         raise EverystepError(f"the mode must be one of {', '.join(SETTLE_MODES)}, got {mode!r}")
+    _check_step_id(step_id)
     value: Any = None
     if mode == "result":
         try:
-            value = encode(json.loads(text))
+            value = encode(json.loads(text), "the result")
         except json.JSONDecodeError as exc:
             raise EverystepError(f"the result is not valid JSON: {exc}") from None
+        except RecursionError:  # the parser's own limit, far above MAX_DEPTH
+            raise EverystepError("the result nests too deeply to be stored") from None
     elif mode == "error":
         value = text.strip()
         if not value:
             raise EverystepError("an error needs a non-empty message")
     return resolve_step(run_id, step_id, mode=mode, value=value)
+
+
+def _check_step_id(step_id: str) -> None:
+    # No step can have an id longer than the column, or one no database stores: say so
+    # rather than echo a pasted megabyte back in "no step …".
+    storable_text(step_id, "the step id")
+    longest = Step._meta.get_field("step_id").max_length or 0
+    if len(step_id) > longest:
+        raise EverystepError(
+            f"the step id is {len(step_id)} characters; step ids have {longest} at most"
+        )
 
 
 def resolve_step(run_id: str, step_id: str, *, mode: str, value: Any = None) -> Workflow:

@@ -12,7 +12,7 @@ from typing import Any
 from uuid import UUID
 
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.csrf import csrf_protect
@@ -23,6 +23,8 @@ from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
 
 logger = logging.getLogger("everystep.ui")
+
+BACK_MAX_LENGTH = 500
 
 PERMISSIONS = {
     "cancel": "everystep.cancel_workflow",
@@ -57,6 +59,9 @@ def run_action(request: HttpRequest, run_id: UUID) -> HttpResponse:
         raise PermissionDenied("write actions need a staff login")
     if not user.has_perm(PERMISSIONS[action]):
         raise PermissionDenied(f"{action} needs the {PERMISSIONS[action]} permission")
+    if store.get_run(run_id) is None:
+        # Going back to the run's page would only say "not found" after a redirect.
+        raise Http404(f"no run with id {run_id}")
     try:
         detail = _perform(action, str(run_id), request.POST, by=f"{user.get_username()} (UI)")
     except EverystepError as exc:
@@ -85,8 +90,11 @@ def _perform(action: str, run_id: str, form: Any, *, by: str) -> str:
 
 
 def _back(run_id: UUID, **params: str) -> HttpResponseRedirect:
+    # A message may echo a pasted megabyte (a step id, a mode): the Location header
+    # carries it, so it is cut to a size every server and browser takes.
+    cut = {key: value[:BACK_MAX_LENGTH] for key, value in params.items()}
     url = reverse("everystep:run", args=[run_id])
-    return HttpResponseRedirect(f"{url}?{urlencode(params)}")
+    return HttpResponseRedirect(f"{url}?{urlencode(cut)}")
 
 
 def uncertain_steps(steps: list[Any]) -> list[str]:

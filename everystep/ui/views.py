@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from operator import attrgetter
 from typing import Any
@@ -19,14 +20,15 @@ from uuid import UUID
 
 from django.conf import settings
 from django.contrib.admin.views.decorators import staff_member_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render, resolve_url
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from everystep import conf, store
+from everystep import conf, serde, store
+from everystep.errors import EverystepError
 from everystep.models import Status, Workflow
 from everystep.ui import actions
 from everystep.ui.graph import build_graph
@@ -36,6 +38,11 @@ RUNS_LIMIT = 200
 # Auto-refresh is opt-in per page view (``?refresh=1``): an idle tab costs nothing.
 REFRESH_SECONDS = 5
 FILTER_MAX_LENGTH = 255
+# Text from the query string echoed in a notice is cut to this many characters.
+NOTICE_MAX_LENGTH = 500
+# A run's arguments, result, error or a step's detail are shown up to this many
+# characters of pretty-printed JSON.
+JSON_MAX_LENGTH = 100_000
 
 View = Callable[..., HttpResponse]
 
@@ -64,16 +71,71 @@ def _refresh(request: HttpRequest) -> int | None:
     return REFRESH_SECONDS if request.GET.get("refresh") == "1" else None
 
 
-def _text_filter(request: HttpRequest, param: str, notices: list[str]) -> str | None:
+@dataclass
+class _Filters:
+    """The runs page's filters as given, and what was wrong with them."""
+
+    status: str | None = None
+    workflow: str | None = None
+    runner: str | None = None
+    notices: list[str] = field(default_factory=list)
+    # False when a filter holds text no database stores, so no run can match it (and
+    # PostgreSQL would refuse the query).
+    matchable: bool = True
+    # The parameters the status links carry on: the filters in use, never one that was
+    # ignored (a pasted megabyte would be copied into every link).
+    query: QueryDict = field(default_factory=lambda: QueryDict(mutable=True))
+
+
+def _filters(request: HttpRequest) -> _Filters:
+    found = _Filters()
+    status = request.GET.get("status") or None
+    if status is not None and status not in Status.values:
+        found.notices.append(
+            f"Unknown status {_clipped(status)!r} ignored; use one of {', '.join(Status.values)}."
+        )
+        status = None
+    found.status = status
+    found.workflow = _text_filter(request, "workflow", found)
+    found.runner = _text_filter(request, "runner", found)
+    if _refresh(request):
+        found.query["refresh"] = "1"
+    return found
+
+
+def _text_filter(request: HttpRequest, param: str, found: _Filters) -> str | None:
     value = request.GET.get(param, "").strip()
+    try:
+        serde.storable_text(value, f"The {param} filter")
+    except EverystepError as exc:
+        found.notices.append(f"{exc}; no run matches it.")
+        found.matchable = False
+        return _clipped(serde.printable(value))
     if len(value) > FILTER_MAX_LENGTH:
-        notices.append(f"The {param} filter is longer than {FILTER_MAX_LENGTH} characters.")
+        found.notices.append(f"The {param} filter is longer than {FILTER_MAX_LENGTH} characters.")
         return None
+    if value:
+        found.query[param] = value
     return value or None
 
 
+def _clipped(text: str) -> str:
+    return text if len(text) <= NOTICE_MAX_LENGTH else text[:NOTICE_MAX_LENGTH] + "…"
+
+
 def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    # printable: a row stored before values were escaped may hold a lone surrogate
+    # (SQLite took them), which no response can encode.
+    text = serde.printable(
+        json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    )
+    if len(text) <= JSON_MAX_LENGTH:
+        return text
+    # A browser chokes on a page of many megabytes; the whole value is one command away.
+    return (
+        f"{text[:JSON_MAX_LENGTH]}\n… cut at {JSON_MAX_LENGTH:,} of {len(text):,} "
+        "characters: manage.py everystep_show RUN_ID --json prints it all"
+    )
 
 
 def _span(start: datetime | None, end: datetime | None) -> timedelta | None:
@@ -83,27 +145,29 @@ def _span(start: datetime | None, end: datetime | None) -> timedelta | None:
 @ui_view
 def runs(request: HttpRequest) -> HttpResponse:
     """The most recent runs, newest first, filtered by status, workflow name and runner."""
-    notices: list[str] = []
-    status = request.GET.get("status") or None
-    if status is not None and status not in Status.values:
-        notices.append(f"Unknown status {status!r} ignored; use one of {', '.join(Status.values)}.")
-        status = None
-    name = _text_filter(request, "workflow", notices)
-    runner = _text_filter(request, "runner", notices)
+    given = _filters(request)
+    if given.matchable:
+        runs = store.list_runs(
+            status=given.status, name=given.workflow, runner=given.runner, limit=RUNS_LIMIT
+        )
+        counts = store.status_counts(name=given.workflow)
+    else:
+        runs, counts = [], dict.fromkeys(Status.values, 0)
     rows = [
         {"run": run, "duration": format_duration(_span(run.started_at, run.completed_at))}
-        for run in store.list_runs(status=status, name=name, runner=runner, limit=RUNS_LIMIT)
+        for run in runs
     ]
     context = {
         "nav": "runs",
-        "notices": notices,
+        "notices": given.notices,
         "refresh_seconds": _refresh(request),
         "statuses": Status.values,
-        "counts": store.status_counts(name=name),
+        "query": given.query,
+        "counts": counts,
         "count_cap": store.COUNT_CAP,
-        "status": status,
-        "workflow": name,
-        "runner": runner,
+        "status": given.status,
+        "workflow": given.workflow,
+        "runner": given.runner,
         "rows": rows,
         "limit": RUNS_LIMIT,
     }
@@ -118,7 +182,8 @@ def run(request: HttpRequest, run_id: UUID) -> HttpResponse:
         raise Http404(f"no run with id {run_id}")
     steps = store.run_steps(run_id)
     timeline = build_timeline(steps, _open_until(found))
-    notices = [f"Error: {request.GET['error']}"] if request.GET.get("error") else []
+    # ``error`` comes from an action's redirect, but anyone can put anything in a URL.
+    notices = [f"Error: {_clipped(request.GET['error'])}"] if request.GET.get("error") else []
     if request.GET.get("done") in actions.PERMISSIONS:
         notices.append(f"Done: {request.GET['done']}.")
     context = {
@@ -132,7 +197,7 @@ def run(request: HttpRequest, run_id: UUID) -> HttpResponse:
         "args_json": _pretty(found.args),
         "result_json": _pretty(found.result),
         "error_json": _pretty(found.error),
-        "error": found.error if isinstance(found.error, dict) else {},
+        "error": _headline(found.error),
         "steps": [
             {
                 "step": step,
@@ -149,6 +214,13 @@ def run(request: HttpRequest, run_id: UUID) -> HttpResponse:
         "timeline_span": format_duration(timeline.span),
     }
     return render(request, "everystep/run.html", context)
+
+
+def _headline(error: Any) -> dict[str, str]:
+    """The type and message of a run's error, printable whatever the row holds."""
+    if not isinstance(error, dict) or not error.get("type"):
+        return {}
+    return {key: serde.printable(str(error.get(key, ""))) for key in ("type", "message")}
 
 
 def _open_until(found: Workflow) -> datetime:

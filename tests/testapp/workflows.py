@@ -9,7 +9,9 @@ from typing import Any
 from everystep import Terminal, parallel, step, workflow
 from everystep.context import current
 from everystep.errors import StepFailure
-from tests.testapp import wait_workflows  # noqa: F401  (autodiscovery reaches it only from here)
+
+# Other modules of workflows: autodiscovery reaches them only from here.
+from tests.testapp import bad_workflows, wait_workflows  # noqa: F401
 
 CALLS: Counter[str] = Counter()
 _lock = threading.Lock()

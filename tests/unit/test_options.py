@@ -78,6 +78,13 @@ def test_resolve_precedence_given_then_setting_then_default():
         ({"notify": "yes"}, "notify must be True or False"),
         ({"heartbeat": 5, "orphan_timeout": 10}, "orphan_timeout must be more than twice"),
         ({"bogus": 1}, "unknown worker option(s): bogus"),
+        # Sanity caps: beyond them threads cannot be started or timer waits overflow.
+        ({"pool_size": 10**20}, "pool_size must be at most 10000"),
+        ({"poll": 1e308}, "poll must be at most 604800"),
+        ({"drain": 1e9}, "drain must be at most 604800"),
+        # A name is written to the run rows: PostgreSQL cannot store a NUL.
+        ({"name": "a\x00b"}, "name must not contain a NUL character or a lone surrogate"),
+        ({"name": "a\udcffb"}, "name must not contain a NUL character or a lone surrogate"),
     ],
 )
 def test_resolve_refuses_values_outside_the_limits(given, message):

@@ -10,10 +10,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from everystep import store
+from everystep.management.options import checked_count, clipped, shown
 from everystep.models import FINAL_STATUSES
 
 FINAL: list[str] = sorted(str(status) for status in FINAL_STATUSES)
 SAMPLE = 20
+# One batch is one transaction holding its rows' locks: keep it short.
+MAX_BATCH = 100_000
 
 
 class Command(BaseCommand):
@@ -51,10 +54,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         cutoff = _cutoff(options["older_than"])
         statuses = _statuses(options["status"])
-        batch_size = options["batch_size"]
+        batch_size = checked_count(options["batch_size"], "--batch-size", MAX_BATCH)
         self.verbosity = options["verbosity"]
-        if batch_size < 1:
-            raise CommandError(f"--batch-size must be at least 1, not {batch_size}")
         if options["dry_run"]:
             self._report(cutoff, statuses)
         else:
@@ -95,13 +96,13 @@ def _cutoff(raw: Any) -> datetime:
     try:
         days = float(raw)
     except (TypeError, ValueError):
-        raise CommandError(f"--older-than must be a number of days, not {raw!r}") from None
+        raise CommandError(f"--older-than must be a number of days, not {shown(raw)}") from None
     if not math.isfinite(days) or days <= 0:
-        raise CommandError(f"--older-than must be a positive number of days, not {raw!r}")
+        raise CommandError(f"--older-than must be a positive number of days, not {shown(raw)}")
     try:
         return timezone.now() - timedelta(days=days)
     except OverflowError:
-        raise CommandError(f"--older-than {raw!r} reaches before year 1") from None
+        raise CommandError(f"--older-than {shown(raw)} reaches before year 1") from None
 
 
 def _statuses(requested: list[str] | str | None) -> list[str]:
@@ -112,7 +113,7 @@ def _statuses(requested: list[str] | str | None) -> list[str]:
     refused = [status for status in requested if status not in FINAL_STATUSES]
     if refused:
         raise CommandError(
-            f"cannot prune status {', '.join(refused)}: only final statuses "
+            f"cannot prune status {', '.join(map(clipped, refused))}: only final statuses "
             f"({', '.join(FINAL)}) are pruned"
         )
     return sorted(set(requested))

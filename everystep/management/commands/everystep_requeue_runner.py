@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from everystep import conf, store
+from everystep.management.options import checked_text, shown
 
 
 class Command(BaseCommand):
@@ -22,7 +23,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        name = options["name"]
+        name = checked_text(options["name"], "the runner name")
         runner = store.get_runner(name)
         if (
             runner is not None
@@ -32,10 +33,10 @@ class Command(BaseCommand):
             )
         ):
             raise CommandError(
-                f"runner {name!r} sent a heartbeat {runner.seconds_silent():.0f}s ago and may "
+                f"runner {shown(name)} sent a heartbeat {runner.seconds_silent():.0f}s ago and may "
                 "be alive; stop it first, or use --force if you are sure it is dead"
             )
         ids = store.requeue_runner(name)
         for run_id in ids:
             self.stdout.write(str(run_id))
-        self.stdout.write(f"requeued {len(ids)} run(s) held by {name!r}")
+        self.stdout.write(f"requeued {len(ids)} run(s) held by {shown(name)}")

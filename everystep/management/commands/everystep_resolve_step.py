@@ -28,7 +28,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         run_id = checked_run_id(options["run_id"])
-        mode = next(mode for mode in ("result", "error", "discard") if options[mode])
+        # An empty --result or --error is still that mode (and refused as such).
+        mode = next((mode for mode in ("result", "error") if options[mode] is not None), "discard")
         text = options[mode] if mode != "discard" else ""
         try:
             run = store.settle_step(run_id, options["step_id"], mode=mode, text=text)

@@ -9,7 +9,11 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from everystep import store
+from everystep.management.options import checked_count, checked_text, shown
 from everystep.models import Status, Workflow
+
+# More rows than anyone reads in a terminal, and far below what LIMIT takes.
+MAX_LIMIT = 1_000_000
 
 
 class Command(BaseCommand):
@@ -30,11 +34,12 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         status = options["status"]
         if status is not None and status not in Status.values:
-            raise CommandError(f"unknown status {status!r}; valid: {', '.join(Status.values)}")
-        if options["limit"] < 1:
-            raise CommandError(f"--limit must be at least 1, not {options['limit']}")
+            raise CommandError(f"unknown status {shown(status)}; valid: {', '.join(Status.values)}")
         runs = store.list_runs(
-            status=status, name=options["name"], runner=options["runner"], limit=options["limit"]
+            status=status,
+            name=checked_text(options["name"], "--name"),
+            runner=checked_text(options["runner"], "--runner"),
+            limit=checked_count(options["limit"], "--limit", MAX_LIMIT),
         )
         if options["json"]:
             for run in runs:

@@ -8,13 +8,16 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from everystep import store
+from everystep import serde, store
 from everystep.management.options import checked_run_id
 from everystep.models import Status, Step, Workflow
 
 # Step results and errors are summarised to one line of about this many characters; the
 # full values are in --json.
 SUMMARY = 80
+# The run's own arguments, result and error get more room, but a multi-megabyte value
+# still prints as one readable line.
+VALUE_SUMMARY = 2000
 
 
 class Command(BaseCommand):
@@ -43,16 +46,16 @@ class Command(BaseCommand):
             ("run", str(run.id)),
             ("workflow", run.name),
             ("status", run.status),
-            ("args", _json(run.args)),
+            ("args", _cut(_json(run.args))),
             ("claimed_by", run.claimed_by or "-"),
             ("created_at", _when(run.created_at)),
             ("started_at", _when(run.started_at)),
             ("completed_at", _when(run.completed_at)),
         ]
         if run.error is not None:
-            fields.append(("error", _error(run.error)))
+            fields.append(("error", _cut(_error(run.error))))
         elif run.result is not None or run.status == Status.COMPLETED:
-            fields.append(("result", _json(run.result)))
+            fields.append(("result", _cut(_json(run.result))))
         for label, value in fields:
             self.stdout.write(f"{label:<13} {value}")
         self.stdout.write(f"steps ({len(steps)}):")
@@ -124,17 +127,25 @@ def _duration(step: Step) -> float | None:
 
 def _error(error: Any) -> str:
     if isinstance(error, dict) and "type" in error:
-        return f"{error['type']}: {error.get('message', '')}"
+        return serde.printable(f"{error['type']}: {error.get('message', '')}")
     return _json(error)
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    # printable: a row stored before values were escaped may hold a lone surrogate
+    # (SQLite took them), which a UTF-8 terminal cannot be sent.
+    return serde.printable(json.dumps(value, ensure_ascii=False))
 
 
 def _clip(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= SUMMARY else text[: SUMMARY - 1] + "…"
+
+
+def _cut(text: str) -> str:
+    if len(text) <= VALUE_SUMMARY:
+        return text
+    return f"{text[: VALUE_SUMMARY - 1]}… ({len(text):,} characters; --json prints all)"
 
 
 def _iso(moment: datetime | None) -> str | None:
