@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/compare.py --db postgres|mariadb|sqlite [--runs 500] [--pool 8]
         [--workers 1] [--conn-max-age settings|0|600|none ...] [--repeat 3] [--profile]
-        [--source PATH] [--label NAME] [--skip-raw] [--keep-logs]
+        [--source PATH] [--label NAME] [--skip-raw] [--keep-logs] [--sleeping N]
 
 Each round, on a fresh database of its own (``everystep_test_bench_…``, dropped at the end):
 
@@ -30,6 +30,8 @@ per-round ratios.
 --gil`` attached to the worker (``.venv/bin/pip install py-spy``) and writes its top
 entries to ``bench/profiles/<db>-<label>.txt`` (``<db>-<label>-cma<value>.txt`` when there
 are several values); ``--repeat 0 --profile``: those phases alone.
+``--sleeping 100000`` first inserts that many runs due only in a day (sleeping or waiting
+runs), kept through every phase: the claim must not walk them.
 ``--runs 100000 --skip-raw --repeat 1`` is the long memory run (runs are scheduled 10,000
 per INSERT). Every invocation appends one JSON line to ``bench/results.jsonl``.
 """
@@ -108,6 +110,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--skip-raw", action="store_true", help="no raw-limit phase")
     parser.add_argument("--profile", action="store_true", help="one extra phase under py-spy")
+    parser.add_argument(
+        "--sleeping",
+        type=int,
+        default=0,
+        help="runs sleeping (due in a day) kept in the tables through every phase (0)",
+    )
     args = parser.parse_args(argv)
     check_phase_arguments(parser, args)
     if args.repeat < 0:
@@ -156,11 +164,11 @@ def tidy_tables(db: str, keep_before: uuid.UUID | None = None) -> None:
 # -- phases ---------------------------------------------------------------------------------
 
 
-def raw_phase(args: argparse.Namespace) -> dict[str, Any]:
+def raw_phase(args: argparse.Namespace, keep_before: uuid.UUID | None = None) -> dict[str, Any]:
     from everystep_bench.workflows import bench_three
     from raw_limit import run_raw_limit
 
-    tidy_tables(args.db)
+    tidy_tables(args.db, keep_before)
     harness.schedule_runs(bench_three, args.runs)
     quiet = harness.wait_quiet(args.wait_quiet)
     conns = db_connections_opened(args.db)
@@ -306,6 +314,12 @@ def stop_profiler(spy: subprocess.Popen[bytes]) -> None:
 
 def benchmark(args: argparse.Namespace, workers: harness.Workers, scratch: Path) -> dict[str, Any]:
     rounds: list[list[dict[str, Any]]] = []
+    keep = None
+    if args.sleeping:
+        # Runs that sleep for a day stay in the tables through every phase.
+        tidy_tables(args.db)
+        harness.schedule_sleeping(args.sleeping)
+        keep = harness.id_floor(time.time() + 0.002)
     for index in range(args.repeat):
         phases: list[dict[str, Any]] = []
         order = ["raw", *args.conn_max_age] if index % 2 == 0 else [*args.conn_max_age, "raw"]
@@ -313,11 +327,11 @@ def benchmark(args: argparse.Namespace, workers: harness.Workers, scratch: Path)
             if what == "raw" and args.skip_raw:
                 continue
             if what == "raw":
-                phase = harness.attempts("raw", lambda: raw_phase(args), workers.kill_all)
+                phase = harness.attempts("raw", lambda: raw_phase(args, keep), workers.kill_all)
             else:
                 name = f"compare-{index}-cma{what}"
                 phase = harness.attempts(
-                    name, phase_of(args, workers, name, what), workers.kill_all
+                    name, phase_of(args, workers, name, what, keep), workers.kill_all
                 )
             phases.append(phase)
             print_phase(index + 1, phase)
@@ -331,9 +345,13 @@ def benchmark(args: argparse.Namespace, workers: harness.Workers, scratch: Path)
 
 
 def phase_of(
-    args: argparse.Namespace, workers: harness.Workers, name: str, conn_max_age: str
+    args: argparse.Namespace,
+    workers: harness.Workers,
+    name: str,
+    conn_max_age: str,
+    keep_before: uuid.UUID | None = None,
 ) -> Callable[[], dict[str, Any]]:
-    return lambda: everystep_phase(args, workers, name, conn_max_age)
+    return lambda: everystep_phase(args, workers, name, conn_max_age, keep_before=keep_before)
 
 
 def profile_phase(

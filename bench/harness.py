@@ -402,9 +402,34 @@ def schedule_runs(workflow: Callable[..., Any], runs: int) -> None:
 
 
 def pending_runs() -> int:
+    """Runs not finished yet, but for those that sleep (not due: ``schedule_sleeping``)."""
+    from django.db.models import Q
+    from django.utils import timezone
+
     from everystep.models import Status, Workflow
 
-    return Workflow.objects.filter(status__in=[Status.SCHEDULED, Status.RUNNING]).count()
+    due = Q(status=Status.SCHEDULED, due_at__lte=timezone.now())
+    return Workflow.objects.filter(due | Q(status=Status.RUNNING)).count()
+
+
+def schedule_sleeping(runs: int) -> None:
+    """``runs`` runs of ``workflow`` that are due only in a day: runs sleeping or waiting
+    in the tables, which a claim must not walk."""
+    from datetime import timedelta
+
+    from django.db import transaction
+    from django.utils import timezone
+
+    from everystep.models import Workflow
+
+    later = timezone.now() + timedelta(days=1)
+    with transaction.atomic():
+        for first in range(0, runs, SCHEDULE_BATCH):
+            batch = [
+                Workflow(name="bench.sleeping", args=[i], due_at=later, waiting_for=None)
+                for i in range(first, min(first + SCHEDULE_BATCH, runs))
+            ]
+            Workflow.objects.bulk_create(batch, batch_size=SCHEDULE_BATCH)
 
 
 def finished_span(since: uuid.UUID | None = None) -> dict[str, Any]:

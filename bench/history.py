@@ -297,9 +297,10 @@ class HistoryRows:
         return (
             "INSERT INTO everystep_workflow (id, name, args, idempotency_key, status, "
             "claimed_by, claim_token, result, error, created_at, started_at, completed_at, "
-            f"updated_at) SELECT {self.run_id}, {name}, {args}, NULL, {self.status}, {runner}, "
-            f"NULL, {result}, {error}, {d.timestamp(self.created_ms)}, "
-            f"{d.timestamp(self.started_ms)}, {completed}, {completed} "
+            f"updated_at, due_at) SELECT {self.run_id}, {name}, {args}, NULL, {self.status}, "
+            f"{runner}, NULL, {result}, {error}, {d.timestamp(self.created_ms)}, "
+            f"{d.timestamp(self.started_ms)}, {completed}, {completed}, "
+            f"{d.timestamp(self.created_ms)} "
             f"FROM {d.series('g', low, high)}"
         )
 
@@ -518,6 +519,8 @@ def idle_probe(args: argparse.Namespace) -> Probe:
 
     from everystep import store
 
+    if hasattr(store, "next_due"):  # an idle worker asks when the next run is due
+        return Probe("next_due (idle poll)", store.next_due, True, hot=True)
     idle = {"idle": True} if "idle" in inspect.signature(store.claim_due).parameters else {}
     poll = functools.partial(store.claim_due, PROBE_WORKER, args.pool, **idle)
     return Probe("claim_due, nothing due (idle poll)", poll, True, hot=True)

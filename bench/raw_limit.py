@@ -2,7 +2,7 @@
 
 Per run, on ``threads`` threads with one connection each (the pool of one worker):
 
-- claim ``batch`` scheduled runs, oldest first, in one transaction:
+- claim ``batch`` due runs, in the order they became due, in one transaction:
   PostgreSQL ``UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT n) RETURNING``;
   MariaDB ``BEGIN; SELECT … FOR UPDATE SKIP LOCKED; UPDATE; COMMIT``;
   SQLite ``UPDATE … WHERE id IN (SELECT … LIMIT n) RETURNING``;
@@ -57,7 +57,12 @@ TAKE = (
     "UPDATE everystep_workflow SET status = 'running', claimed_by = {p}, claim_token = {p}, "
     "started_at = COALESCE(started_at, {p}), updated_at = {p} "
 )
-DUE = "SELECT id FROM everystep_workflow WHERE status = 'scheduled' ORDER BY id LIMIT {p}"
+# Due runs in the order they became due, as everystep's claim takes them (runs sleeping or
+# waiting have a later due_at and are never walked).
+DUE = (
+    "SELECT id FROM everystep_workflow WHERE status = 'scheduled' AND due_at <= {p} "
+    "ORDER BY due_at, id LIMIT {p}"
+)
 
 
 @dataclass(frozen=True)
@@ -130,7 +135,7 @@ class _Postgres(_Driver):
 
     def claim(self, batch: int) -> list[tuple[Any, Any, Any]]:
         token, now = self.token(), self.now()
-        rows = self.conn.execute(self.claim_sql, (RUNNER, token, now, now, batch)).fetchall()
+        rows = self.conn.execute(self.claim_sql, (RUNNER, token, now, now, now, batch)).fetchall()
         return [(row[0], token, row[2]) for row in rows]
 
 
@@ -169,7 +174,7 @@ class _MariaDB(_Driver):
         token, now = self.token(), self.now()
         self.db.begin()
         try:
-            self.conn.execute(self.select_sql, (batch,))
+            self.conn.execute(self.select_sql, (now, batch))
             rows = self.conn.fetchall()
             if rows:
                 marks = ", ".join(["%s"] * len(rows))
@@ -215,7 +220,7 @@ class _SQLite(_Driver):
 
     def claim(self, batch: int) -> list[tuple[Any, Any, Any]]:
         token, now = self.token(), self.now()
-        rows = self.conn.execute(self.claim_sql, (RUNNER, token, now, now, batch)).fetchall()
+        rows = self.conn.execute(self.claim_sql, (RUNNER, token, now, now, now, batch)).fetchall()
         return [(row[0], token, json.loads(row[2])) for row in rows]
 
 
