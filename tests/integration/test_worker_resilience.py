@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -214,3 +215,42 @@ def test_max_recoveries_zero_means_no_limit(settings):
     run_due(runner="testing")
     run.refresh_from_db()
     assert run.status == "completed"
+
+
+@pytest.mark.backends("postgres", "mariadb")
+def test_an_orphan_sweep_skips_runs_another_sweeper_holds():
+    """A sweeper paused inside its transaction (SIGSTOP) must not stall the others: they
+    skip the rows it holds instead of waiting for them (found by bench/chaos.py)."""
+    held, free = schedule(wf.sequential, 1, 1), schedule(wf.sequential, 2, 2)
+    park(held, "ghost", 0)
+    park(free, "ghost", 0)
+    long_ago = timezone.now() - timedelta(hours=1)
+    Runner.objects.create(
+        name="ghost", boot_id=uuid.uuid4(), pool_size=1, started_at=long_ago, last_seen=long_ago
+    )
+    locked, release = threading.Event(), threading.Event()
+
+    def paused_sweeper() -> None:
+        from django.db import connection, transaction
+
+        try:
+            with transaction.atomic():
+                list(Workflow.objects.select_for_update().filter(id=held.id).values("id"))
+                locked.set()
+                release.wait(60)
+        finally:
+            connection.close()
+
+    other = threading.Thread(target=paused_sweeper)
+    other.start()
+    try:
+        assert locked.wait(30)
+        started = time.monotonic()
+        swept = store.requeue_orphans(60)
+        assert time.monotonic() - started < 5, "the sweep waited for the held row"
+        assert [row[0] for row in swept] == [free.id]
+    finally:
+        release.set()
+        other.join(60)
+    assert Workflow.objects.get(id=held.id).status == "running"
+    assert [row[0] for row in store.requeue_orphans(60)] == [held.id], "taken once free"
