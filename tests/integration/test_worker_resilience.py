@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from everystep import schedule, signals, store
 from everystep.engine import execute
-from everystep.models import Runner, Workflow
+from everystep.models import Runner, Step, Workflow
 from everystep.testing import run_due
 from everystep.worker import Worker
 from everystep.worker.heartbeat import Heartbeat
@@ -254,3 +254,32 @@ def test_an_orphan_sweep_skips_runs_another_sweeper_holds():
         other.join(60)
     assert Workflow.objects.get(id=held.id).status == "running"
     assert [row[0] for row in store.requeue_orphans(60)] == [held.id], "taken once free"
+
+
+def test_a_pass_that_finds_its_step_already_recorded_requeues_the_run():
+    """Records the pass did not know of (an earlier pass's) must not strand the run
+    under a live worker: it is requeued, and a fresh pass serves the record."""
+    from everystep.engine.execute import run_pass
+
+    run = schedule(wf.sequential, 1, 2)
+    (held,) = store.claim_due("w", 1)
+    assert held.fresh, "the pass will not load the steps"
+    now = timezone.now()
+    Step.objects.create(
+        workflow_id=run.id,
+        step_id="1",
+        name="tests.testapp.workflows.add",
+        args=[1, 2],
+        status="done",
+        result=100,
+        started_at=now,
+        finished_at=now,
+    )
+    assert run_pass(held).status == "requeued"
+    run.refresh_from_db()
+    assert (run.status, run.claimed_by) == ("scheduled", None)
+    run_due()
+    run.refresh_from_db()
+    assert run.status == "completed"
+    assert run.result["total"] == 100, "the recorded outcome is served"
+    assert Step.objects.filter(workflow=run).count() == 4
