@@ -704,6 +704,23 @@ class Workers:
         self.started.append(worker)
         return worker
 
+    def restart(
+        self, name: str, *args: str, env: dict[str, str | None] | None = None
+    ) -> WorkerProcess:
+        """Another process under exactly ``name``, as a supervisor restarts a crashed
+        worker (it then resumes the runs parked under that name), with a log of its own."""
+        count = sum(1 for worker in self.started if worker.name == name)
+        worker = WorkerProcess(
+            self.source,
+            name,
+            list(args),
+            self.log_dir / f"{name}.{count + 1}.log",
+            log_level=self.log_level,
+            env=env,
+        )
+        self.started.append(worker)
+        return worker
+
     def problems(self) -> list[str]:
         return [line for worker in self.started for line in worker.problems()]
 

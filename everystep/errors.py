@@ -116,11 +116,18 @@ class StoreUnavailable(RunInterrupted):
     """
 
 
+class AlreadyRecorded(ClaimLost):
+    """Internal: a step this pass was about to record is recorded already: an earlier
+    pass recorded it, or a newer claimer did. Either way this pass saw stale records;
+    if it still holds the run, the run is requeued so that a fresh pass replays it."""
+
+
 class RunGone(ClaimLost):
     """Internal: the run's row no longer exists (deleted while it was being executed)."""
 
 
 __all__ = [
+    "AlreadyRecorded",
     "ClaimLost",
     "DrainRequested",
     "EffectUncertain",

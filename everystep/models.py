@@ -98,9 +98,10 @@ class WorkflowQuerySet(models.QuerySet["Workflow"]):
         first_claim = Coalesce("started_at", Value(now, output_field=DateTimeField()))
         return self.update(**take_fields(runner, token, now), started_at=first_claim)
 
-    def requeue(self) -> int:
+    def requeue(self, **also: Any) -> int:
         """Put these runs back to ``scheduled`` with their claim released, so any runner
-        may take them; a new claim token fences out the old holder's late writes."""
+        may take them; a new claim token fences out the old holder's late writes.
+        ``also``: more columns to set in the same statement."""
         return self.update(
             status=Status.SCHEDULED,
             claimed_by=None,
@@ -108,6 +109,7 @@ class WorkflowQuerySet(models.QuerySet["Workflow"]):
             error=None,
             completed_at=None,
             updated_at=timezone.now(),
+            **also,
         )
 
     def finish(self, status: str, *, result: Any = None, error: Any = None) -> int:

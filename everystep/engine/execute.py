@@ -26,6 +26,7 @@ from django.db import connection
 from everystep import conf, registry, serde, signals, store, tracing
 from everystep.engine.state import Frame, RunState, Scope, current_frame
 from everystep.errors import (
+    AlreadyRecorded,
     ClaimLost,
     DrainRequested,
     EffectUncertain,
@@ -155,11 +156,13 @@ def _settle(claim: Claim, workflow: str, began: float, exc: BaseException) -> Pa
             )
             return PassResult("waiting", exc)
         return _abandon(claim, workflow, "claim lost before the run could wait")
-    if isinstance(exc, DrainRequested):
+    if isinstance(exc, DrainRequested | AlreadyRecorded):
+        # A drain; or records this pass did not know of: if the claim still holds, a
+        # fresh pass must replay them (leaving the run held would strand it).
         if store.requeue_run(claim):
             report_requeued(claim.run_id, workflow, claim.runner, str(exc))
             return PassResult("requeued", exc)
-        return _abandon(claim, workflow, "claim lost before the drain requeue")
+        return _abandon(claim, workflow, f"claim lost ({exc})")
     if isinstance(exc, RunInterrupted):
         reason = str(exc) or type(exc).__name__
         return _abandon(claim, workflow, reason, exc)
@@ -174,7 +177,9 @@ def encode_outcome_error(exc: BaseException) -> dict[str, Any]:
     """The stored ``error`` of a run; a stop keeps its reason and payload readable."""
     error = serde.encode_error(exc)
     if isinstance(exc, Terminal):
-        error["reason"] = exc.reason
+        # The reason is shown, never rebuilt: printable on every database (a NUL in it
+        # would make PostgreSQL refuse the whole outcome).
+        error["reason"] = serde.printable(exc.reason) if isinstance(exc.reason, str) else exc.reason
         error["payload"] = error["args"][1]
     if isinstance(exc, EffectUncertain):
         error["step_id"] = exc.step_id

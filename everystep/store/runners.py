@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F
 from django.utils import timezone
 
@@ -68,16 +68,37 @@ def _requeue_held(**held_by: Any) -> list[tuple[UUID, str, str | None]]:
     """Requeue the ``running`` runs matching ``held_by``; returns what was requeued.
 
     A plain look comes first, in autocommit: the usual case (nothing to requeue, every
-    few seconds in every worker) costs one statement and no transaction. Then, in one
-    transaction, the rows are marked with a fresh claim token: the transaction begins
-    with a write (SQLite then waits for its lock instead of failing), the rows reported
-    are exactly the rows requeued, and the new token fences out any late write of the
-    old holder. Marking and requeueing commit together, so no run is ever left running
-    under a token nobody holds.
+    few seconds in every worker) costs one statement and no transaction. Each taking is
+    a recovery (see ``Workflow.recoveries``).
     """
     candidates = Workflow.objects.filter(status=Status.RUNNING, **held_by)
     if not candidates.exists():
         return []
+    if connection.features.has_select_for_update_skip_locked:
+        return _requeue_unlocked(candidates)
+    return _mark_and_requeue(candidates)
+
+
+def _requeue_unlocked(candidates: Any) -> list[tuple[UUID, str, str | None]]:
+    """PostgreSQL, MariaDB: lock the candidates, skipping rows another transaction holds
+    (another sweeper, perhaps paused mid-transaction: waiting behind it would stall this
+    worker's heartbeat until live runners looked dead), then requeue exactly those."""
+    of = {"of": ("self",)} if connection.features.has_select_for_update_of else {}
+    with transaction.atomic():
+        locked = candidates.select_for_update(skip_locked=True, **of)
+        requeued = list(locked.values_list("id", "name", "claimed_by"))
+        if requeued:
+            taken = Workflow.objects.filter(id__in=[row[0] for row in requeued])
+            taken.requeue(recoveries=F("recoveries") + 1)
+            notify_due()
+    return requeued
+
+
+def _mark_and_requeue(candidates: Any) -> list[tuple[UUID, str, str | None]]:
+    """SQLite (no row locks): the transaction begins with a write, so it waits for the
+    database lock instead of failing; the rows are marked with a fresh claim token, so the
+    rows reported are exactly the rows requeued, and marking and requeueing commit
+    together: no run is ever left running under a token nobody holds."""
     token = uuid.uuid4()
     with transaction.atomic():
         # Taking a run from a dead holder is a recovery (see Workflow.recoveries).

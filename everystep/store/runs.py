@@ -19,7 +19,14 @@ from uuid import UUID
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from everystep.errors import ClaimLost, EverystepError, RunGone, StepFailure, StoreUnavailable
+from everystep.errors import (
+    AlreadyRecorded,
+    ClaimLost,
+    EverystepError,
+    RunGone,
+    StepFailure,
+    StoreUnavailable,
+)
 from everystep.models import Status, Step, StepStatus, Workflow
 from everystep.serde import encode, encode_error, storable_text
 from everystep.store import claims
@@ -163,7 +170,7 @@ def record_step(
             if claims.insert_step_fenced(claim, values):
                 return
     except IntegrityError as exc:
-        raise ClaimLost(f"step {step_id} of run {claim.run_id} is already recorded") from exc
+        raise AlreadyRecorded(f"step {step_id} of run {claim.run_id} is already recorded") from exc
     raise _refused(claim)
 
 

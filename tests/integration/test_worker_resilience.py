@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -17,7 +18,7 @@ from django.utils import timezone
 
 from everystep import schedule, signals, store
 from everystep.engine import execute
-from everystep.models import Runner, Workflow
+from everystep.models import Runner, Step, Workflow
 from everystep.testing import run_due
 from everystep.worker import Worker
 from everystep.worker.heartbeat import Heartbeat
@@ -214,3 +215,71 @@ def test_max_recoveries_zero_means_no_limit(settings):
     run_due(runner="testing")
     run.refresh_from_db()
     assert run.status == "completed"
+
+
+@pytest.mark.backends("postgres", "mariadb")
+def test_an_orphan_sweep_skips_runs_another_sweeper_holds():
+    """A sweeper paused inside its transaction (SIGSTOP) must not stall the others: they
+    skip the rows it holds instead of waiting for them (found by bench/chaos.py)."""
+    held, free = schedule(wf.sequential, 1, 1), schedule(wf.sequential, 2, 2)
+    park(held, "ghost", 0)
+    park(free, "ghost", 0)
+    long_ago = timezone.now() - timedelta(hours=1)
+    Runner.objects.create(
+        name="ghost", boot_id=uuid.uuid4(), pool_size=1, started_at=long_ago, last_seen=long_ago
+    )
+    locked, release = threading.Event(), threading.Event()
+
+    def paused_sweeper() -> None:
+        from django.db import connection, transaction
+
+        try:
+            with transaction.atomic():
+                list(Workflow.objects.select_for_update().filter(id=held.id).values("id"))
+                locked.set()
+                release.wait(60)
+        finally:
+            connection.close()
+
+    other = threading.Thread(target=paused_sweeper)
+    other.start()
+    try:
+        assert locked.wait(30)
+        started = time.monotonic()
+        swept = store.requeue_orphans(60)
+        assert time.monotonic() - started < 5, "the sweep waited for the held row"
+        assert [row[0] for row in swept] == [free.id]
+    finally:
+        release.set()
+        other.join(60)
+    assert Workflow.objects.get(id=held.id).status == "running"
+    assert [row[0] for row in store.requeue_orphans(60)] == [held.id], "taken once free"
+
+
+def test_a_pass_that_finds_its_step_already_recorded_requeues_the_run():
+    """Records the pass did not know of (an earlier pass's) must not strand the run
+    under a live worker: it is requeued, and a fresh pass serves the record."""
+    from everystep.engine.execute import run_pass
+
+    run = schedule(wf.sequential, 1, 2)
+    (held,) = store.claim_due("w", 1)
+    assert held.fresh, "the pass will not load the steps"
+    now = timezone.now()
+    Step.objects.create(
+        workflow_id=run.id,
+        step_id="1",
+        name="tests.testapp.workflows.add",
+        args=[1, 2],
+        status="done",
+        result=100,
+        started_at=now,
+        finished_at=now,
+    )
+    assert run_pass(held).status == "requeued"
+    run.refresh_from_db()
+    assert (run.status, run.claimed_by) == ("scheduled", None)
+    run_due()
+    run.refresh_from_db()
+    assert run.status == "completed"
+    assert run.result["total"] == 100, "the recorded outcome is served"
+    assert Step.objects.filter(workflow=run).count() == 4

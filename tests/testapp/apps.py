@@ -2,7 +2,10 @@ from django.apps import AppConfig
 
 
 class TestappConfig(AppConfig):
-    # No ready(): tests.testapp.workflows is found by everystep's autodiscovery, which the
-    # worker subprocesses of the acceptance tests rely on.
+    # tests.testapp.workflows is found by everystep's autodiscovery, which the worker
+    # subprocesses of the acceptance tests rely on; the chaos mix is imported here.
     name = "tests.testapp"
     label = "testapp"
+
+    def ready(self) -> None:
+        from tests.testapp import chaos  # noqa: F401  (registers the chaos workflows)
