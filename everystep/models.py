@@ -68,8 +68,15 @@ def fence(claim: Claim) -> dict[str, Any]:
 
 
 def take_fields(runner: str, token: uuid.UUID, now: Any) -> dict[str, Any]:
-    """What a claim writes (besides ``started_at``, set on the first claim only)."""
-    return {"status": Status.RUNNING, "claimed_by": runner, "claim_token": token, "updated_at": now}
+    """What a claim writes (besides ``started_at``, set on the first claim only). A run
+    that waited no longer does once claimed: a new wait sets ``waiting_for`` again."""
+    return {
+        "status": Status.RUNNING,
+        "claimed_by": runner,
+        "claim_token": token,
+        "updated_at": now,
+        "waiting_for": None,
+    }
 
 
 def finish_fields(status: str, result: Any, error: Any, now: Any) -> dict[str, Any]:

@@ -103,6 +103,7 @@ def test_an_event_sent_while_the_run_waits_wakes_it():
     run_due()
     done = fresh(run)
     assert done.status == "completed"
+    assert done.waiting_for is None, "a claim clears what the run waited for"
     assert done.result == {"order": 1, "outcome": "approved", "decision": {"by": "ann"}}
     wait_step = Step.objects.get(workflow=run, step_id="2")
     assert (wait_step.status, wait_step.result) == ("done", {"by": "ann"})
