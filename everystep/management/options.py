@@ -1,14 +1,19 @@
-"""Argument checks shared by everystep's management commands."""
+"""Argument checks, and the wording of waits, shared by everystep's management commands."""
 
 from __future__ import annotations
 
+import json
 import uuid
-from typing import overload
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, overload
 
 from django.core.management.base import CommandError
 
 from everystep import serde
 from everystep.errors import EverystepError
+from everystep.models import Event
+from everystep.store.reports import RunWait
 
 # An argument echoed in an error message is cut to this many characters, so a pasted
 # megabyte still gives a one-line message.
@@ -59,3 +64,47 @@ def checked_count(value: int, flag: str, maximum: int) -> int:
     if value > maximum:
         raise CommandError(f"{flag} must be at most {maximum}, not {value}")
     return value
+
+
+def checked_event_name(value: str) -> str:
+    """``value`` if it can name an event (storable text that fits the column), else a
+    ``CommandError`` that does not echo a pasted megabyte back."""
+    name = checked_text(value, "the event name")
+    longest = Event._meta.get_field("name").max_length or 0
+    if len(name) > longest:
+        raise CommandError(
+            f"the event name is {len(name)} characters; event names have {longest} at most"
+        )
+    return name
+
+
+def checked_json(text: str, flag: str) -> Any:
+    """``text`` parsed as JSON, else a ``CommandError`` naming ``flag``. Whether the
+    value can be stored (depth, NaN) is the store's check, made when it is encoded."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CommandError(f"{flag} is not valid JSON: {exc}") from None
+    except RecursionError:  # the parser's own limit, far above what the store takes
+        raise CommandError(f"{flag} nests too deeply to be stored") from None
+
+
+def wait_text(wait: RunWait, when: Callable[[datetime], str]) -> str:
+    """A waiting run's wait in words, its times written by ``when``: "starts at T",
+    "sleeps until T", "waits for event approval until T" (no "until" without a timeout)."""
+    until = "" if wait.until is None else when(wait.until)
+    if wait.kind == "start":
+        return f"starts at {until}"
+    if wait.kind == "sleep":
+        return f"sleeps until {until}"
+    noun = "events" if "," in wait.events else "event"
+    awaited = f"{noun} {wait.events}" if wait.events else "an event"
+    return f"waits for {awaited}" + (f" until {until}" if until else "")
+
+
+def wait_json(wait: RunWait | None) -> dict[str, Any] | None:
+    """A run's wait as JSON-ready values (None when it does not wait)."""
+    if wait is None:
+        return None
+    until = None if wait.until is None else wait.until.isoformat()
+    return {"kind": wait.kind, "until": until, "events": wait.events or None}

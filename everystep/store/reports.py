@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -75,6 +77,30 @@ def list_runs(
     # Ids are UUIDv7, so the primary key (or the status/name indexes ending in id) gives
     # creation order without sorting on created_at.
     return list(runs.order_by("-id")[:limit])
+
+
+@dataclass(frozen=True)
+class RunWait:
+    """Why a scheduled run is not due yet: ``kind`` is ``start`` (a delayed start, never
+    claimed yet), ``sleep``, or ``event`` (awaiting ``events``, the run's ``waiting_for``
+    text); ``until`` is when it becomes due anyway (None: only an event wakes it)."""
+
+    kind: str
+    until: datetime | None
+    events: str = ""
+
+
+def run_wait(run: Workflow, now: datetime | None = None) -> RunWait | None:
+    """What ``run`` waits for, or None if it is not a scheduled run waiting (it is due,
+    running or finished). Reads the row's fields only: no query."""
+    if run.status != Status.SCHEDULED:
+        return None
+    if run.due_at is not None and run.due_at <= (now or timezone.now()):
+        return None
+    if run.waiting_for or run.due_at is None:
+        return RunWait("event", run.due_at, run.waiting_for or "")
+    # A run is claimed before it can sleep, and its first claim sets started_at.
+    return RunWait("start" if run.started_at is None else "sleep", run.due_at)
 
 
 def run_steps(run_id: UUID | str) -> list[Step]:

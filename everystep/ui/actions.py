@@ -1,12 +1,15 @@
-"""The UI's write actions on one run: cancel, requeue, settle an uncertain step.
+"""The UI's write actions on one run: cancel, requeue, settle an uncertain step, send
+an event.
 
 Each needs an authenticated active staff user holding the matching permission
-(``everystep.cancel_workflow``, ``requeue_workflow``, ``resolve_workflow``) — also when
-the read-only pages are public — is a CSRF-protected POST, and is logged with the user.
+(``everystep.cancel_workflow``, ``requeue_workflow``, ``resolve_workflow``,
+``send_event``) — also when the read-only pages are public — is a CSRF-protected POST,
+and is logged with the user.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 from uuid import UUID
@@ -18,7 +21,7 @@ from django.utils.http import urlencode
 from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_POST
 
-from everystep import store
+from everystep import serde, store
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
 
@@ -30,6 +33,16 @@ PERMISSIONS = {
     "cancel": "everystep.cancel_workflow",
     "requeue": "everystep.requeue_workflow",
     "resolve": "everystep.resolve_workflow",
+    "send": "everystep.send_event",
+}
+
+# What the run page says after an action: ``done=<key>`` in its URL.
+DONE = {
+    "cancel": "Done: cancel.",
+    "requeue": "Done: requeue.",
+    "resolve": "Done: resolve.",
+    "send": "Done: event sent.",
+    "already-sent": "Event already sent; the first payload stays.",
 }
 
 
@@ -42,6 +55,7 @@ def allowed_actions(request: HttpRequest, run: Workflow) -> dict[str, bool]:
         "cancel": run.status not in FINAL_STATUSES,
         "requeue": run.status == Status.RUNNING,
         "resolve": run.status == Status.BLOCKED,
+        "send": run.status not in FINAL_STATUSES,
     }
     return {name: applicable[name] and user.has_perm(perm) for name, perm in PERMISSIONS.items()}
 
@@ -63,7 +77,7 @@ def run_action(request: HttpRequest, run_id: UUID) -> HttpResponse:
         # Going back to the run's page would only say "not found" after a redirect.
         raise Http404(f"no run with id {run_id}")
     try:
-        detail = _perform(action, str(run_id), request.POST, by=f"{user.get_username()} (UI)")
+        done, detail = _perform(action, str(run_id), request.POST, by=f"{user.get_username()} (UI)")
     except EverystepError as exc:
         return _back(run_id, error=str(exc))
     logger.info(
@@ -74,19 +88,38 @@ def run_action(request: HttpRequest, run_id: UUID) -> HttpResponse:
         detail,
         extra={"event": f"ui.{action}", "run_id": str(run_id), "user": user.get_username()},
     )
-    return _back(run_id, done=action)
+    return _back(run_id, done=done)
 
 
-def _perform(action: str, run_id: str, form: Any, *, by: str) -> str:
+def _perform(action: str, run_id: str, form: Any, *, by: str) -> tuple[str, str]:
+    """Do ``action``: what the run page says next (a key of ``DONE``), and the detail
+    the log line adds."""
     if action == "cancel":
         store.cancel_run(run_id, by=by)
-        return ""
+        return action, ""
     if action == "requeue":
         store.requeue_one(run_id)
-        return ""
+        return action, ""
+    if action == "send":
+        return _send(run_id, form)
     step_id, mode = form.get("step_id", ""), form.get("mode", "")
     store.settle_step(run_id, step_id, mode=mode, text=form.get("value", ""))
-    return f" (step {step_id}: {mode})"
+    return action, f" (step {step_id}: {mode})"
+
+
+def _send(run_id: str, form: Any) -> tuple[str, str]:
+    name = serde.storable_text(form.get("name", ""), "the event name")
+    text = form.get("payload", "").strip()
+    try:
+        # An empty payload field sends null, as everystep.send(run_id, name) does.
+        payload = json.loads(text) if text else None
+    except json.JSONDecodeError as exc:
+        raise EverystepError(f"the payload is not valid JSON: {exc}") from None
+    except RecursionError:  # the parser's own limit, far above what the store takes
+        raise EverystepError("the payload nests too deeply to be stored") from None
+    if store.send_event(run_id, name, payload):
+        return "send", f" (event {name})"
+    return "already-sent", f" (event {name}, already sent: ignored)"
 
 
 def _back(run_id: UUID, **params: str) -> HttpResponseRedirect:

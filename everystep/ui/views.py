@@ -30,6 +30,7 @@ from django.views.decorators.http import require_safe
 from everystep import conf, serde, store
 from everystep.errors import EverystepError
 from everystep.models import Status, Workflow
+from everystep.store.reports import run_wait
 from everystep.ui import actions
 from everystep.ui.graph import build_graph
 from everystep.ui.timeline import build_timeline, format_duration
@@ -153,8 +154,13 @@ def runs(request: HttpRequest) -> HttpResponse:
         counts = store.status_counts(name=given.workflow)
     else:
         runs, counts = [], dict.fromkeys(Status.values, 0)
+    now = timezone.now()
     rows = [
-        {"run": run, "duration": format_duration(_span(run.started_at, run.completed_at))}
+        {
+            "run": run,
+            "duration": format_duration(_span(run.started_at, run.completed_at)),
+            "wait": run_wait(run, now),
+        }
         for run in runs
     ]
     context = {
@@ -184,13 +190,14 @@ def run(request: HttpRequest, run_id: UUID) -> HttpResponse:
     timeline = build_timeline(steps, _open_until(found))
     # ``error`` comes from an action's redirect, but anyone can put anything in a URL.
     notices = [f"Error: {_clipped(request.GET['error'])}"] if request.GET.get("error") else []
-    if request.GET.get("done") in actions.PERMISSIONS:
-        notices.append(f"Done: {request.GET['done']}.")
+    if request.GET.get("done") in actions.DONE:
+        notices.append(actions.DONE[request.GET["done"]])
     context = {
         "nav": "runs",
         "notices": notices,
         "refresh_seconds": _refresh(request),
         "run": found,
+        "wait": run_wait(found),
         "can": actions.allowed_actions(request, found),
         "uncertain_steps": actions.uncertain_steps(steps),
         "duration": format_duration(_span(found.started_at, found.completed_at)),

@@ -9,8 +9,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from everystep import store
-from everystep.management.options import checked_count, checked_text, shown
+from everystep.management.options import checked_count, checked_text, shown, wait_json, wait_text
 from everystep.models import Status, Workflow
+from everystep.store.reports import run_wait
 
 # More rows than anyone reads in a terminal, and far below what LIMIT takes.
 MAX_LIMIT = 1_000_000
@@ -19,7 +20,8 @@ MAX_LIMIT = 1_000_000
 class Command(BaseCommand):
     help = (
         "List the most recent runs, newest first: id, status, workflow, runner, created and "
-        "completed times. --json prints one JSON object per line."
+        "completed times, and for runs that are not due yet what they wait for (a last "
+        "column, present when one does). --json prints one JSON object per line."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -49,7 +51,14 @@ class Command(BaseCommand):
 
     def _table(self, runs: list[Workflow]) -> None:
         header = ["id", "status", "name", "claimed_by", "created_at", "completed_at"]
-        rows = [header, *(_row(run) for run in runs)]
+        rows = [_row(run) for run in runs]
+        waits = [_wait(run) for run in runs]
+        # The wait is a last column, there only when a listed run waits: the first six
+        # columns stay the same for scripts, and the wait's words end the line.
+        if any(waits):
+            header.append("wait")
+            rows = [[*row, wait or "-"] for row, wait in zip(rows, waits, strict=True)]
+        rows.insert(0, header)
         # Columns padded to their widest cell, so the output reads as a table and still
         # splits on whitespace for awk and friends.
         widths = [max(len(row[col]) for row in rows) for col in range(len(header))]
@@ -59,8 +68,9 @@ class Command(BaseCommand):
 
 
 def run_summary(run: Workflow) -> dict[str, Any]:
-    """The listing's fields of a run, as JSON-ready values."""
-    return {
+    """The listing's fields of a run, as JSON-ready values; ``wait`` only for a run that
+    is not due yet."""
+    summary = {
         "id": str(run.id),
         "status": run.status,
         "name": run.name,
@@ -68,6 +78,8 @@ def run_summary(run: Workflow) -> dict[str, Any]:
         "created_at": _iso(run.created_at),
         "completed_at": _iso(run.completed_at),
     }
+    wait = wait_json(run_wait(run))
+    return summary if wait is None else summary | {"wait": wait}
 
 
 def _row(run: Workflow) -> list[str]:
@@ -79,6 +91,11 @@ def _row(run: Workflow) -> list[str]:
         _when(run.created_at),
         _when(run.completed_at),
     ]
+
+
+def _wait(run: Workflow) -> str | None:
+    wait = run_wait(run)
+    return None if wait is None else wait_text(wait, _when)
 
 
 def _iso(moment: datetime | None) -> str | None:

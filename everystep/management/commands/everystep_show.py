@@ -9,8 +9,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from everystep import serde, store
-from everystep.management.options import checked_run_id
+from everystep.management.options import checked_run_id, wait_json, wait_text
 from everystep.models import Status, Step, Workflow
+from everystep.store.reports import run_wait
 
 # Step results and errors are summarised to one line of about this many characters; the
 # full values are in --json.
@@ -22,8 +23,9 @@ VALUE_SUMMARY = 2000
 
 class Command(BaseCommand):
     help = (
-        "Show one run: arguments, status, result or error, timestamps, runner, and its "
-        "steps in the order they started. --json prints everything, unabridged."
+        "Show one run: arguments, status (and what it waits for, if it is not due yet), "
+        "result or error, timestamps, runner, and its steps in the order they started. "
+        "--json prints everything, unabridged."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -42,10 +44,12 @@ class Command(BaseCommand):
             self._text(run, steps)
 
     def _text(self, run: Workflow, steps: list[Step]) -> None:
+        wait = run_wait(run)
         fields = [
             ("run", str(run.id)),
             ("workflow", run.name),
             ("status", run.status),
+            *([("wait", wait_text(wait, _when))] if wait is not None else []),
             ("args", _cut(_json(run.args))),
             ("claimed_by", run.claimed_by or "-"),
             ("created_at", _when(run.created_at)),
@@ -81,6 +85,9 @@ def run_detail(run: Workflow, steps: list[Step]) -> dict[str, Any]:
         "created_at": _iso(run.created_at),
         "started_at": _iso(run.started_at),
         "completed_at": _iso(run.completed_at),
+        "due_at": _iso(run.due_at),
+        "waiting_for": run.waiting_for,
+        "wait": wait_json(run_wait(run)),
         "steps": [_step_detail(step) for step in steps],
     }
 
