@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Event, Status, Workflow
-from everystep.serde import encode
+from everystep.serde import encode, storable_text
 from everystep.store import claims
 from everystep.store.runs import _guarded, _refused
 from everystep.store.wake import notify_due
@@ -31,11 +31,13 @@ from everystep.values import Claim
 
 
 def check_event_name(name: object) -> None:
-    """An event name fits the column and means something."""
+    """An event name fits the column, means something, and every database stores it."""
     if not isinstance(name, str) or not name.strip() or len(name) > 255:
+        shown = repr(name) if len(repr(name)) <= 60 else repr(name)[:57] + "..."
         raise EverystepError(
-            f"an event name must be a non-empty string of at most 255 characters, got {name!r}"
+            f"an event name must be a non-empty string of at most 255 characters, got {shown}"
         )
+    storable_text(name, "the event name")
 
 
 @_guarded
@@ -94,7 +96,10 @@ def send_event(run_id: UUID | str, name: str, payload: Any = None) -> bool:
         raise EverystepError(f"not a run id: {run_id!r}") from None
     stored = encode(payload, f"payload of event {name!r}")
     now = timezone.now()
-    waiting = When(status=Status.SCHEDULED, waiting_for__isnull=False, then=Value(now))
+    # Only a run that waits, and is not due already: a repeated send (a webhook retried)
+    # must not push a woken run back in the claim order.
+    not_due = Q(due_at__isnull=True) | Q(due_at__gt=now)
+    waiting = When(not_due, status=Status.SCHEDULED, waiting_for__isnull=False, then=Value(now))
     with transaction.atomic():
         # Lock the run row first (see the module docstring), waking it if it waits.
         if not Workflow.objects.filter(id=run_id).update(due_at=Case(waiting, default=F("due_at"))):

@@ -174,3 +174,21 @@ def test_a_sleeping_run_can_be_cancelled():
     assert fresh(run).status == "cancelled"
     with pytest.raises(EverystepError):
         send(run.id, "approval")
+
+
+def test_an_event_name_no_database_stores_is_refused():
+    run = schedule(ww.approval, 5, None)
+    with pytest.raises(EverystepError, match="NUL"):
+        send(run.id, "appro\x00val")
+    assert not Event.objects.exists()
+
+
+def test_a_repeated_send_does_not_push_a_woken_run_back():
+    """A webhook retried: the run woken by the first send keeps its place."""
+    run = schedule(ww.approval, 6, None)
+    run_due()
+    assert send(run.id, "approval", 1) is True
+    woken = fresh(run).due_at
+    time.sleep(0.01)
+    assert send(run.id, "approval", 2) is False
+    assert fresh(run).due_at == woken

@@ -49,8 +49,20 @@ def test_subprocess_check_can_see_django_when_imported() -> None:
 
 
 def test_public_names_are_exported() -> None:
-    """``__all__`` lists exactly workflow, step, parallel, schedule and Terminal."""
-    assert sorted(everystep.__all__) == ["Terminal", "parallel", "schedule", "step", "workflow"]
+    """``__all__`` lists exactly the public API, durable waits and ``send`` included."""
+    assert sorted(everystep.__all__) == [
+        "Terminal",
+        "parallel",
+        "schedule",
+        "send",
+        "sleep",
+        "sleep_until",
+        "step",
+        "wait_for",
+        "workflow",
+    ]
+    for name in everystep.__all__:
+        assert getattr(everystep, name) is not None
 
 
 def test_public_names_resolve_to_the_api_objects() -> None:
