@@ -134,6 +134,9 @@ def _encode(value: Any, where: str, depth: int) -> Any:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise EverystepError(f"cannot serialize non-finite float {value!r} at {where}")
+        if _exponent_or_negative_zero(value):
+            _nested(where, depth + 1)
+            return {TAG: "float", "v": repr(value)}
         return value
     if isinstance(value, list | tuple):
         inner = _nested(where, depth + 1)
@@ -143,6 +146,13 @@ def _encode(value: Any, where: str, depth: int) -> Any:
     tagged = _encode_scalar(value, where)
     _nested(where, depth + (2 if isinstance(tagged["v"], list) else 1))
     return tagged
+
+
+def _exponent_or_negative_zero(value: float) -> bool:
+    # PostgreSQL's jsonb keeps numbers as `numeric`: 1e+16 comes back as the int
+    # 10000000000000000 and -0.0 as 0. Those floats are stored tagged, so a replay hands
+    # the body the float the live pass saw. Every other float's repr survives as is.
+    return (value == 0.0 and math.copysign(1.0, value) < 0) or "e" in repr(value)
 
 
 def _nested(where: str, depth: int) -> int:
@@ -243,7 +253,9 @@ def _decode_tagged(tag: str, data: dict[str, Any]) -> Any:
         return {key(name): decode(item) for name, item in raw.items()}
     if tag == "datetime":
         value = dt.datetime.fromisoformat(raw)
-        return value.astimezone(ZoneInfo(data["tz"])) if "tz" in data else value
+        return _in_zone(value, ZoneInfo(data["tz"])) if "tz" in data else value
+    if tag == "float":
+        return float(raw)
     if tag == "date":
         return dt.date.fromisoformat(raw)
     if tag == "timedelta":
@@ -255,6 +267,17 @@ def _decode_tagged(tag: str, data: dict[str, Any]) -> Any:
     if tag == "bytes":
         return base64.b64decode(raw)
     raise EverystepError(f"unknown serialization tag {tag!r}")
+
+
+def _in_zone(value: dt.datetime, zone: ZoneInfo) -> dt.datetime:
+    """``value`` (stored as wall time and offset) in ``zone``: the same wall time, with the
+    fold that gives the stored offset. Not through UTC, which overflows at the ends of the
+    calendar (year 1, year 9999)."""
+    for fold in (0, 1):
+        local = value.replace(tzinfo=zone, fold=fold)
+        if local.utcoffset() == value.utcoffset():
+            return local
+    return value.astimezone(zone)
 
 
 def roundtrip(value: Any, where: str = "value") -> Any:

@@ -14,6 +14,24 @@ run twice::
         run_due()            # charge_card ran, its record did not land
     run_due()                # resumed: charge_card runs again; earlier steps are served
 
+``crash_at(point, target=None)`` is the general form, for the other moments a worker
+can die at. ``point`` is one of ``CRASH_POINTS``:
+
+- ``"before_body"``: a step is about to run its body (nothing of it is recorded, except
+  the ``started`` row of an ``unsafe_to_repeat`` step);
+- ``"after_body"``: the body returned or raised, its outcome is not recorded
+  (``crash_after``);
+- ``"after_record"``: the step's outcome is recorded, the body has not seen it yet;
+- ``"before_finish"``: the workflow body is done, the run's outcome is not written.
+
+``target`` is a ``@step`` function or a step id (``None``: the first step to get
+there); for ``"before_finish"`` it is a ``@workflow`` function or ``None``. The context
+manager gives a ``Crash`` whose ``fired`` lists where it "killed" the process::
+
+    with crash_at("after_record", "fan.1.2") as crash:
+        run_due()
+    assert crash.fired == ["fan.1.2"]
+
 Workflows that use ``parallel()`` run their branches in threads, which cannot see the
 rows of a test wrapped in a transaction: there the branches run inline instead. Use
 ``TransactionTestCase`` / ``pytest.mark.django_db(transaction=True)`` to exercise real
@@ -25,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from everystep import store
@@ -55,29 +74,75 @@ def run_due(*, runner: str = DEFAULT_RUNNER, max_passes: int = 10_000) -> list[W
     return [run for run_id in seen if (run := store.get_run(run_id)) is not None]
 
 
+CRASH_POINTS = ("before_body", "after_body", "after_record", "before_finish")
+
+
+@dataclass
+class Crash:
+    """A crash installed by ``crash_at``: ``fired`` lists the step ids it happened at
+    (the workflow name for ``"before_finish"``), in order."""
+
+    point: str
+    fired: list[str] = field(default_factory=list)
+
+
 @contextlib.contextmanager
-def crash_after(target: Callable[..., Any] | str, *, times: int = 1) -> Iterator[None]:
+def crash_at(
+    point: str, target: Callable[..., Any] | str | None = None, *, times: int = 1
+) -> Iterator[Crash]:
+    """Simulate a worker dying at ``point`` (one of ``CRASH_POINTS``) of ``target``.
+
+    The crash happens ``times`` times (once by default), then everything behaves
+    normally again. Safe to use with forks: branches running in threads share it.
+    """
+    if point not in CRASH_POINTS:
+        raise ValueError(
+            f"crash_at() point must be one of {', '.join(CRASH_POINTS)}, got {point!r}"
+        )
+    matches = _matcher(point, target)
+    crash = Crash(point)
+    lock = threading.Lock()
+
+    def hook(where: str, step_id: str, name: str) -> bool:
+        if where != point or not matches(step_id, name):
+            return False
+        with lock:  # branch threads ask concurrently: only `times` of them may die
+            if len(crash.fired) >= times:
+                return False
+            crash.fired.append(step_id or name)
+            return True
+
+    steps.add_crash_point(hook)
+    try:
+        yield crash
+    finally:
+        steps.remove_crash_point(hook)
+
+
+def _matcher(point: str, target: Callable[..., Any] | str | None) -> Callable[[str, str], bool]:
+    """Whether a (step id, name) pair is ``target``'s, at ``point``."""
+    if target is None:
+        return lambda step_id, name: True
+    kind = "__everystep_workflow__" if point == "before_finish" else "__everystep_step__"
+    defn = getattr(target, kind, None)
+    if defn is not None:
+        return lambda step_id, name: name == defn.name
+    if isinstance(target, str) and point != "before_finish":
+        return lambda step_id, name: step_id == target
+    expected = (
+        "a @workflow function" if point == "before_finish" else "a @step function or a step id"
+    )
+    raise TypeError(f"crash_at({point!r}) needs {expected} or None, got {target!r}")
+
+
+@contextlib.contextmanager
+def crash_after(target: Callable[..., Any] | str, *, times: int = 1) -> Iterator[Crash]:
     """Simulate a crash after ``target``'s side effect, before its record.
 
     ``target`` is a ``@step`` function or a step id. The crash happens ``times`` times
     (once by default), then the step behaves normally again.
     """
-    defn = getattr(target, "__everystep_step__", None)
-    if defn is None and not isinstance(target, str):
+    if getattr(target, "__everystep_step__", None) is None and not isinstance(target, str):
         raise TypeError(f"crash_after() needs a @step function or a step id, got {target!r}")
-    remaining = [times]
-    lock = threading.Lock()
-
-    def point(step_id: str, name: str) -> bool:
-        matches = step_id == target if defn is None else name == defn.name
-        with lock:
-            if matches and remaining[0] > 0:
-                remaining[0] -= 1
-                return True
-        return False
-
-    steps.add_crash_point(point)
-    try:
-        yield
-    finally:
-        steps.remove_crash_point(point)
+    with crash_at("after_body", target, times=times) as crash:
+        yield crash

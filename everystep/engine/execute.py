@@ -24,6 +24,7 @@ from typing import Any
 from django.db import connection
 
 from everystep import conf, registry, serde, signals, store, tracing
+from everystep.engine import steps
 from everystep.engine.state import Frame, RunState, Scope, current_frame
 from everystep.errors import (
     AlreadyRecorded,
@@ -131,6 +132,9 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
         current_frame.reset(token)
     # A control-flow outcome raised inside the body wins even if the body caught it.
     outcome = state.aborted or outcome
+    if not isinstance(outcome, RunInterrupted):
+        # everystep.testing's "before_finish": died after the last record, before the outcome.
+        outcome = steps.simulated_crash("before_finish", "", name) or outcome
     if outcome is None:
         try:
             result = serde.encode(value, f"result of workflow {name}")

@@ -16,6 +16,7 @@ from everystep.errors import (
     DrainRequested,
     EffectUncertain,
     EverystepError,
+    RunInterrupted,
     SimulatedCrash,
     Terminal,
     WorkflowCodeError,
@@ -23,29 +24,43 @@ from everystep.errors import (
 from everystep.registry import StepDef
 from everystep.values import RecordedStep
 
-# Crash points installed by ``everystep.testing.crash_after``: each is asked, after a
-# step body returned or raised and before its outcome is recorded, whether to "die".
-_crash_points: list[Callable[[str, str], bool]] = []
+# Crash points installed by ``everystep.testing`` (``crash_at``, ``crash_after``): each
+# is asked ``point(where, step_id, name)`` whether the process "dies" there. ``where``:
+# "before_body" (an unsafe step's started row is committed), "after_body" (the body
+# returned or raised, its outcome is not recorded), "after_record", and "before_finish"
+# (the body is done, the run's outcome is not written; step id "", the workflow's name).
+CrashPoint = Callable[[str, str, str], bool]
+_crash_points: list[CrashPoint] = []
 _crash_lock = threading.Lock()
 
 
-def add_crash_point(point: Callable[[str, str], bool]) -> None:
+def add_crash_point(point: CrashPoint) -> None:
     with _crash_lock:
         _crash_points.append(point)
 
 
-def remove_crash_point(point: Callable[[str, str], bool]) -> None:
+def remove_crash_point(point: CrashPoint) -> None:
     with _crash_lock:
         _crash_points.remove(point)
 
 
-def _maybe_crash(step_id: str, name: str) -> None:
+def simulated_crash(where: str, step_id: str, name: str) -> SimulatedCrash | None:
+    """The crash an installed crash point asks for at ``where``, or None (always, and
+    at the cost of one list check, when no test installed any)."""
     if not _crash_points:  # the usual case, read without the lock: tests add points
-        return
+        return None
     with _crash_lock:
         points = list(_crash_points)
-    if any(point(step_id, name) for point in points):
-        raise SimulatedCrash(f"simulated crash after the effect of step {step_id} ({name})")
+    if any(point(where, step_id, name) for point in points):
+        what = f"step {step_id} ({name})" if step_id else f"run of {name}"
+        return SimulatedCrash(f"simulated crash at {where} of {what}")
+    return None
+
+
+def _maybe_crash(step_id: str, name: str, where: str = "after_body") -> None:
+    crash = simulated_crash(where, step_id, name)
+    if crash is not None:
+        raise crash
 
 
 def call_step(
@@ -109,13 +124,17 @@ def _execute(
     if defn.unsafe_to_repeat:
         # Committed before the body runs: a crash inside it leaves evidence on replay.
         store.record_step(run.claim, status="started", **record)
+    if _crash_points:
+        _maybe_crash(step_id, defn.name, "before_body")
     began = time.monotonic()
     token = current_frame.set(Frame(run, frame.scope, step_id))
     try:
         with tracing.span("everystep.step", run_id=run.run_id, step_id=step_id, step=defn.name):
             value = defn.fn(*args, **kwargs)
-    except Exception as exc:
+    except BaseException as exc:
         current_frame.reset(token)
+        if _passes_through(exc):
+            raise
         _maybe_crash(step_id, defn.name)
         error = serde.encode_error(exc)
         _record(run, record, "failed", began, error=error, after=defn.unsafe_to_repeat)
@@ -139,6 +158,20 @@ def _execute(
         raise
     _record(run, record, "done", began, result=result, after=defn.unsafe_to_repeat)
     return serde.decode(result)
+
+
+def _passes_through(exc: BaseException) -> bool:
+    """Whether a step body's exception unwinds the pass instead of being recorded as the
+    step's failure. Every other one, SystemExit and custom BaseExceptions included, is
+    recorded: the run fails with a StepFailure naming its type, the worker carries on."""
+    if isinstance(exc, RunInterrupted | GeneratorExit):  # control flow, not an outcome
+        return True
+    # Ctrl-C is delivered to the main thread only: there (``run_due()`` in a test
+    # session) it interrupts the process and must not become the step's outcome. A
+    # worker runs steps on pool threads, where only the step's own code raises it.
+    return isinstance(exc, KeyboardInterrupt) and threading.current_thread() is (
+        threading.main_thread()
+    )
 
 
 def _record(
@@ -165,3 +198,5 @@ def _record(
         status=status,
         duration=time.monotonic() - began,
     )
+    if _crash_points:
+        _maybe_crash(record["step_id"], record["name"], "after_record")

@@ -451,3 +451,32 @@ def test_encoded_error_is_valid_json() -> None:
     got = serde.decode_error(json.loads(text))
     assert isinstance(got, Terminal)
     assert got.payload == {"id": uuid.UUID(int=1), "b": b"\x01"}
+
+
+@pytest.mark.parametrize("value", [1e16, 1.5e300, 1e-7, -0.0, -1e22])
+def test_floats_jsonb_would_change_are_stored_tagged(value):
+    """PostgreSQL's jsonb hands 1e+16 back as an int and -0.0 as 0: such floats are
+    tagged, so a replay gives the body the very float the live pass saw."""
+    stored = serde.encode(value)
+    assert stored == {serde.TAG: "float", "v": repr(value)}
+    back = serde.decode(json.loads(json.dumps(stored)))
+    assert type(back) is float and repr(back) == repr(value)
+
+
+@pytest.mark.parametrize("value", [0.1, 2.5, 123456.789, 0.0])
+def test_other_floats_are_stored_as_they_are(value):
+    assert serde.encode(value) == value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        dt.datetime(1, 1, 1, tzinfo=ZoneInfo("Africa/Addis_Ababa")),
+        dt.datetime(9999, 12, 31, 23, tzinfo=ZoneInfo("America/New_York")),
+        dt.datetime(2026, 11, 1, 1, 30, fold=1, tzinfo=ZoneInfo("America/New_York")),
+    ],
+)
+def test_aware_datetimes_round_trip_to_the_ends_of_the_calendar_and_keep_their_fold(value):
+    back = serde.roundtrip(value)
+    assert back == value and repr(back) == repr(value)
+    assert back.fold == value.fold
