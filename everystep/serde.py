@@ -23,6 +23,7 @@ import base64
 import datetime as dt
 import enum
 import importlib
+import json
 import math
 import re
 import uuid
@@ -278,6 +279,18 @@ def _in_zone(value: dt.datetime, zone: ZoneInfo) -> dt.datetime:
         if local.utcoffset() == value.utcoffset():
             return local
     return value.astimezone(zone)
+
+
+def parse_json(text: str, what: str) -> Any:
+    """Operator input (a settled result, an event payload) parsed as JSON, else an
+    ``EverystepError`` naming ``what``. Whether the value can be stored (depth, NaN) is
+    ``encode``'s check."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EverystepError(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:  # the parser's own limit, far above MAX_DEPTH
+        raise EverystepError(f"{what} nests too deeply to be stored") from None
 
 
 def roundtrip(value: Any, where: str = "value") -> Any:

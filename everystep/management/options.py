@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable
 from datetime import datetime
@@ -82,11 +81,9 @@ def checked_json(text: str, flag: str) -> Any:
     """``text`` parsed as JSON, else a ``CommandError`` naming ``flag``. Whether the
     value can be stored (depth, NaN) is the store's check, made when it is encoded."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CommandError(f"{flag} is not valid JSON: {exc}") from None
-    except RecursionError:  # the parser's own limit, far above what the store takes
-        raise CommandError(f"{flag} nests too deeply to be stored") from None
+        return serde.parse_json(text, flag)
+    except EverystepError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def wait_text(wait: RunWait, when: Callable[[datetime], str]) -> str:

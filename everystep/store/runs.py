@@ -10,7 +10,6 @@ worker's late write is rejected instead of overwriting the newer claimer's work.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any, ParamSpec, TypeVar
@@ -28,7 +27,7 @@ from everystep.errors import (
     StoreUnavailable,
 )
 from everystep.models import Status, Step, StepStatus, Workflow
-from everystep.serde import encode, encode_error, storable_text
+from everystep.serde import encode, encode_error, parse_json, storable_text
 from everystep.store import claims
 from everystep.store.wake import notify_due
 from everystep.values import Claim, RecordedStep
@@ -204,12 +203,7 @@ def settle_step(run_id: str, step_id: str, *, mode: str, text: str = "") -> Work
     _check_step_id(step_id)
     value: Any = None
     if mode == "result":
-        try:
-            value = encode(json.loads(text), "the result")
-        except json.JSONDecodeError as exc:
-            raise EverystepError(f"the result is not valid JSON: {exc}") from None
-        except RecursionError:  # the parser's own limit, far above MAX_DEPTH
-            raise EverystepError("the result nests too deeply to be stored") from None
+        value = encode(parse_json(text, "the result"), "the result")
     elif mode == "error":
         value = text.strip()
         if not value:
