@@ -174,6 +174,22 @@ def _passes_through(exc: BaseException) -> bool:
     )
 
 
+def recorded(run: RunState, step: RecordedStep, began: float) -> None:
+    """What follows every record of this pass (a step's, a wait's): later calls in the
+    pass see it, and the ``step_recorded`` receivers (logs, metrics) hear of it."""
+    run.remember(step)
+    signals.step_recorded.send(
+        sender=RunState,
+        run_id=run.run_id,
+        workflow=run.workflow_name,
+        runner=run.claim.runner,
+        step_id=step.step_id,
+        step=step.name,
+        status=step.status,
+        duration=time.monotonic() - began,
+    )
+
+
 def _record(
     run: RunState,
     record: dict[str, Any],
@@ -187,16 +203,6 @@ def _record(
     store.record_step(
         run.claim, status=status, result=result, error=error, after_started=after, **record
     )
-    run.remember(RecordedStep(record["step_id"], record["name"], status, result, error))
-    signals.step_recorded.send(
-        sender=RunState,
-        run_id=run.run_id,
-        workflow=run.workflow_name,
-        runner=run.claim.runner,
-        step_id=record["step_id"],
-        step=record["name"],
-        status=status,
-        duration=time.monotonic() - began,
-    )
+    recorded(run, RecordedStep(record["step_id"], record["name"], status, result, error), began)
     if _crash_points:
         _maybe_crash(record["step_id"], record["name"], "after_record")

@@ -23,6 +23,7 @@ from typing import Any
 from django.utils import timezone
 
 from everystep import serde, signals, store
+from everystep.engine import steps
 from everystep.engine.state import Frame, RunState, current_frame
 from everystep.errors import EverystepError, Suspended, WaitTimeout, WorkflowCodeError
 from everystep.models import StepStatus
@@ -200,7 +201,7 @@ def _record(
         result=result,
         error=error,
     )
-    _remember(run, step_id, name, status, result, error, began)
+    steps.recorded(run, RecordedStep(step_id, name, status, result, error), began)
 
 
 def _settle(
@@ -214,26 +215,4 @@ def _settle(
     """The outcome of a pending wait, replacing its ``started`` record (fenced)."""
     began = time.monotonic()
     store.settle_wait(run.claim, step_id, status=status, result=result, error=error)
-    _remember(run, step_id, WAIT, status, result, error, began)
-
-
-def _remember(
-    run: RunState,
-    step_id: str,
-    name: str,
-    status: str,
-    result: Any,
-    error: dict[str, Any] | None,
-    began: float,
-) -> None:
-    run.remember(RecordedStep(step_id, name, status, result, error))
-    signals.step_recorded.send(
-        sender=RunState,
-        run_id=run.run_id,
-        workflow=run.workflow_name,
-        runner=run.claim.runner,
-        step_id=step_id,
-        step=name,
-        status=status,
-        duration=time.monotonic() - began,
-    )
+    steps.recorded(run, RecordedStep(step_id, WAIT, status, result, error), began)
