@@ -6,17 +6,26 @@ import argparse
 import logging
 import os
 import sys
+import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
 
+from everystep import store
 from everystep.errors import EverystepError
 from everystep.options import OPTIONS
 from everystep.worker import Worker
 
+logger = logging.getLogger("everystep.worker")
+
 
 class Command(BaseCommand):
     help = "Claim due everystep runs and execute them until SIGTERM/SIGINT, then drain."
+    # The system checks run in handle() instead, once the database answers: some connect
+    # (Django 6's JSONField check asks SQLite and MySQL what they support), and a worker
+    # started during an outage must wait for the database, not die with a traceback.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         # Every flag comes from the one declaration of the worker options; a flag not
@@ -41,6 +50,8 @@ class Command(BaseCommand):
             worker = Worker(**given)
         except ValueError as exc:
             raise CommandError(f"invalid option: {exc}") from None
+        if not options.get("skip_checks"):
+            self._check_once_the_database_answers(worker.name)
         try:
             clean = worker.run()
         except EverystepError as exc:
@@ -52,3 +63,26 @@ class Command(BaseCommand):
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
+
+    def _check_once_the_database_answers(self, runner: str) -> None:
+        delay = 0.0
+        while True:
+            try:
+                self.check()
+            except store.DATABASE_ERRORS as exc:
+                delay = min(max(delay * 2, 0.2), 5.0)
+                logger.warning(
+                    "database unavailable (%s); system checks retry in %.1fs",
+                    exc,
+                    delay,
+                    extra={"event": "worker.database_unavailable", "runner": runner},
+                )
+                connections.close_all()
+                time.sleep(delay)
+                continue
+            if delay:
+                logger.info(
+                    "database reachable again",
+                    extra={"event": "worker.database_back", "runner": runner},
+                )
+            return
