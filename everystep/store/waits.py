@@ -30,12 +30,18 @@ from everystep.store.wake import notify_due
 from everystep.values import Claim
 
 
+def _shown(value: object) -> str:
+    """``value`` for an error message, cut short: a pasted megabyte is not echoed."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def check_event_name(name: object) -> None:
     """An event name fits the column, means something, and every database stores it."""
     if not isinstance(name, str) or not name.strip() or len(name) > 255:
-        shown = repr(name) if len(repr(name)) <= 60 else repr(name)[:57] + "..."
         raise EverystepError(
-            f"an event name must be a non-empty string of at most 255 characters, got {shown}"
+            "an event name must be a non-empty string of at most 255 characters, "
+            f"got {_shown(name)}"
         )
     storable_text(name, "the event name")
 
@@ -93,7 +99,7 @@ def send_event(run_id: UUID | str, name: str, payload: Any = None) -> bool:
     try:
         run_id = UUID(str(run_id))
     except ValueError:
-        raise EverystepError(f"not a run id: {run_id!r}") from None
+        raise EverystepError(f"not a run id: {_shown(run_id)}") from None
     stored = encode(payload, f"payload of event {name!r}")
     now = timezone.now()
     # Only a run that waits, and is not due already: a repeated send (a webhook retried)

@@ -26,6 +26,12 @@ FLAGS = ("--pool", "4", "--poll", "0.05", "--heartbeat", "0.5", "--orphan-timeou
 WAIT = 120
 
 
+def chaos_steps(run_id: object) -> list[tuple[str, str]]:
+    from everystep.models import Step
+
+    return list(Step.objects.filter(workflow_id=run_id).values_list("step_id", "status"))
+
+
 def _count(query: Callable[[], int]) -> int:
     """``query()``, or -1 while the database is unreachable (a restart just happened)."""
     try:
@@ -93,7 +99,18 @@ class Fleet:
     def drain(self) -> None:
         """Until every run is terminal (blocked counts)."""
         total = self.scheduled
-        wait_until(lambda: _count(chaos.terminal_count) == total, WAIT, "every run terminal")
+        try:
+            wait_until(lambda: _count(chaos.terminal_count) == total, WAIT, "every run terminal")
+        except AssertionError as exc:
+            # Which runs, held by whom, with what recorded: the evidence a rare failure
+            # needs, since the workers' logs are cut.
+            stuck = (
+                Workflow.objects.filter(name__in=chaos.NAMES)
+                .exclude(status__in=chaos.TERMINAL)
+                .values("id", "name", "status", "claimed_by", "due_at", "recoveries")[:20]
+            )
+            rows = "\n".join(f"{row} steps={list(chaos_steps(row['id']))}" for row in stuck)
+            raise AssertionError(f"{exc}\nnot terminal:\n{rows}") from None
 
 
 def test_chaos_keeps_every_invariant(workers):
