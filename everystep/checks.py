@@ -12,22 +12,10 @@ from everystep import conf, options
 @checks.register()
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     errors: list[checks.CheckMessage] = []
-    value = conf.get("EVERYSTEP_FORK_THREADS")
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        errors.append(
-            checks.Error(
-                f"EVERYSTEP_FORK_THREADS must be a positive integer, got {value!r}",
-                id="everystep.E001",
-            )
-        )
-    value = conf.get("EVERYSTEP_MAX_RECOVERIES")
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        errors.append(
-            checks.Error(
-                f"EVERYSTEP_MAX_RECOVERIES must be an integer >= 0 (0 = no limit), got {value!r}",
-                id="everystep.E004",
-            )
-        )
+    for name, (_, rule, check_id) in conf.COUNTS.items():
+        if not conf.count_setting(name)[1]:
+            message = f"{name} must be {rule}, got {conf.get(name)!r}"
+            errors.append(checks.Error(message, id=check_id))
     # The worker's settings are validated by the very rules Worker applies, so a value
     # that passes here is one a worker accepts.
     try:

@@ -40,17 +40,30 @@ def worker_options(**given: Any) -> dict[str, Any]:
     return options.resolve(given, configured)
 
 
+# The integer settings: the least valid value, and how the system check words the rule.
+COUNTS: dict[str, tuple[int, str, str]] = {
+    "EVERYSTEP_FORK_THREADS": (1, "a positive integer", "everystep.E001"),
+    "EVERYSTEP_MAX_RECOVERIES": (0, "an integer >= 0 (0 = no limit)", "everystep.E004"),
+}
+
+
+def count_setting(name: str) -> tuple[int, bool]:
+    """Integer setting ``name`` and whether it is valid; an invalid one gives the default
+    (the system checks report it)."""
+    value = get(name)
+    valid = isinstance(value, int) and not isinstance(value, bool) and value >= COUNTS[name][0]
+    default = DEFAULTS[name]
+    assert isinstance(default, int)
+    return (value if valid else default), valid  # type: ignore[return-value]
+
+
 def fork_threads() -> int:
-    value = get("EVERYSTEP_FORK_THREADS")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 8
+    return count_setting("EVERYSTEP_FORK_THREADS")[0]
 
 
 def max_recoveries() -> int:
-    """``EVERYSTEP_MAX_RECOVERIES``; 0 means no limit (an invalid value: the default,
-    and the system checks report it)."""
-    value = get("EVERYSTEP_MAX_RECOVERIES")
-    valid = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-    return value if valid else 10  # type: ignore[return-value]
+    """``EVERYSTEP_MAX_RECOVERIES``; 0 means no limit."""
+    return count_setting("EVERYSTEP_MAX_RECOVERIES")[0]
 
 
 def ui_public() -> bool:

@@ -283,3 +283,21 @@ def test_a_pass_that_finds_its_step_already_recorded_requeues_the_run():
     assert run.status == "completed"
     assert run.result["total"] == 100, "the recorded outcome is served"
     assert Step.objects.filter(workflow=run).count() == 4
+
+
+@pytest.mark.parametrize(
+    "name, value, check_id",
+    [
+        ("EVERYSTEP_MAX_RECOVERIES", -1, "everystep.E004"),
+        ("EVERYSTEP_MAX_RECOVERIES", True, "everystep.E004"),
+        ("EVERYSTEP_FORK_THREADS", 0, "everystep.E001"),
+    ],
+)
+def test_invalid_count_settings_are_reported_and_fall_back(settings, name, value, check_id):
+    from everystep import conf
+    from everystep.checks import check_settings
+
+    setattr(settings, name, value)
+    (error,) = check_settings()
+    assert error.id == check_id and name in error.msg
+    assert conf.count_setting(name) == (conf.DEFAULTS[name], False)
