@@ -693,16 +693,7 @@ class Workers:
         while name in taken:  # a phase measured again: a name of its own, and its own log
             number += 1
             name = f"{base}-{number}"
-        worker = WorkerProcess(
-            self.source,
-            name,
-            list(args),
-            self.log_dir / f"{name}.log",
-            log_level=self.log_level,
-            env=env,
-        )
-        self.started.append(worker)
-        return worker
+        return self._spawn(name, args, f"{name}.log", env)
 
     def restart(
         self, name: str, *args: str, env: dict[str, str | None] | None = None
@@ -710,13 +701,13 @@ class Workers:
         """Another process under exactly ``name``, as a supervisor restarts a crashed
         worker (it then resumes the runs parked under that name), with a log of its own."""
         count = sum(1 for worker in self.started if worker.name == name)
+        return self._spawn(name, args, f"{name}.{count + 1}.log", env)
+
+    def _spawn(
+        self, name: str, args: tuple[str, ...], log: str, env: dict[str, str | None] | None
+    ) -> WorkerProcess:
         worker = WorkerProcess(
-            self.source,
-            name,
-            list(args),
-            self.log_dir / f"{name}.{count + 1}.log",
-            log_level=self.log_level,
-            env=env,
+            self.source, name, list(args), self.log_dir / log, log_level=self.log_level, env=env
         )
         self.started.append(worker)
         return worker
