@@ -8,11 +8,13 @@ scope, so ``2.0.1`` is step 1 of branch 0 of the fork at position 2.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Generic, TypeAlias, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar, cast
 
 T = TypeVar("T")
+E = TypeVar("E")
 
 
 @dataclass(frozen=True)
@@ -108,3 +110,87 @@ def _is_number(key: str) -> bool:
 
 def _position(key: str) -> tuple[int, int, str]:
     return (0, int(key), "") if _is_number(key) else (1, 0, key)
+
+
+# -- collapsing a big graph ---------------------------------------------------------------
+
+# A scope longer than this, or a fork with more branches, is shown in part: its first
+# and last entries and every entry holding a step that did not end ``done`` (what an
+# operator looks for), up to ``NOTABLE_SHOWN`` of those; the rest become gaps.
+SCOPE_LIMIT = 40
+SCOPE_ENDS = 12
+BRANCH_LIMIT = 8
+BRANCH_ENDS = 2
+NOTABLE_SHOWN = 10
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Consecutive siblings left out of a collapsed graph: how many (``noun``: steps or
+    branches) and, over every step inside them, how many ended in each status."""
+
+    count: int
+    noun: str
+    statuses: list[tuple[str, int]]
+    is_gap = True
+    is_fork = False
+
+    @property
+    def steps(self) -> int:
+        return sum(n for _, n in self.statuses)
+
+
+def collapse(nodes: list[Node[T]], status: Callable[[T], str]) -> list[Node[T] | Gap]:
+    """``nodes`` with long scopes and wide forks cut down to what fits on a page, at
+    every depth; ``status`` gives an item's step status (``done`` is unremarkable)."""
+    kept = _thin(nodes, SCOPE_LIMIT, SCOPE_ENDS, "steps", status)
+    return [_collapse_fork(node, status) if isinstance(node, ForkNode) else node for node in kept]
+
+
+def _collapse_fork(fork: ForkNode[T], status: Callable[[T], str]) -> ForkNode[T]:
+    branches = _thin(fork.branches, BRANCH_LIMIT, BRANCH_ENDS, "branches", status)
+    shown: list[Any] = [
+        Branch(b.index, cast(Any, collapse(b.nodes, status))) if isinstance(b, Branch) else b
+        for b in branches
+    ]
+    return ForkNode(fork.key, fork.fork_id, shown)
+
+
+def _thin(
+    entries: list[E], limit: int, ends: int, noun: str, status: Callable[[Any], str]
+) -> list[E | Gap]:
+    if len(entries) <= limit:
+        return list(entries)
+    show = set(range(ends)) | set(range(len(entries) - ends, len(entries)))
+    notable = [i for i in range(ends, len(entries) - ends) if _remarkable(entries[i], status)]
+    show.update(notable[:NOTABLE_SHOWN])
+    out: list[E | Gap] = []
+    hidden: list[E] = []
+    for i, entry in enumerate(entries):
+        if i not in show:
+            hidden.append(entry)
+            continue
+        if hidden:
+            out.append(_gap(hidden, noun, status))
+            hidden = []
+        out.append(entry)
+    return out
+
+
+def _gap(hidden: list[Any], noun: str, status: Callable[[Any], str]) -> Gap:
+    counts = Counter(status(item) for entry in hidden for item in _items(entry))
+    return Gap(len(hidden), noun, sorted(counts.items()))
+
+
+def _remarkable(entry: Any, status: Callable[[Any], str]) -> bool:
+    return any(status(item) != "done" for item in _items(entry))
+
+
+def _items(entry: StepNode[T] | ForkNode[T] | Branch[T]) -> Iterator[T]:
+    """Every step item inside ``entry``, at any depth."""
+    if isinstance(entry, StepNode):
+        yield entry.item
+        return
+    children: list[Any] = entry.branches if isinstance(entry, ForkNode) else entry.nodes
+    for child in children:
+        yield from _items(child)

@@ -39,16 +39,20 @@ class Timeline(Generic[T]):
     span: timedelta
 
 
-def build_timeline(items: Sequence[T], open_until: datetime) -> Timeline[T]:
+def build_timeline(
+    items: Sequence[T], open_until: datetime, shown: Sequence[T] | None = None
+) -> Timeline[T]:
     """Bars for ``items`` relative to the earliest start; a step without an outcome
-    (an unsafe step in flight or left uncertain) runs until ``open_until``."""
+    (an unsafe step in flight or left uncertain) runs until ``open_until``. With
+    ``shown``, bars for those items only, still on the scale of all ``items`` (a page of
+    a big run's steps keeps the run's time axis)."""
     if not items:
         return Timeline([], timedelta(0))
     origin = min(item.started_at for item in items)
     end = max(max(item.finished_at or open_until for item in items), origin)
     total = (end - origin).total_seconds()
     bars = []
-    for item in items:
+    for item in items if shown is None else shown:
         stop = max(item.finished_at or open_until, item.started_at)
         left = _percent(item.started_at - origin, total)
         width = min(_percent(stop - item.started_at, total), 100.0 - left)

@@ -14,7 +14,6 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from operator import attrgetter
 from typing import Any
 from uuid import UUID
 
@@ -29,11 +28,10 @@ from django.views.decorators.http import require_safe
 
 from everystep import conf, serde, store
 from everystep.errors import EverystepError
-from everystep.models import Status, Workflow
+from everystep.models import Status
 from everystep.store.reports import run_wait
-from everystep.ui import actions
-from everystep.ui.graph import build_graph
-from everystep.ui.timeline import build_timeline, format_duration
+from everystep.ui import actions, run_page
+from everystep.ui.timeline import format_duration
 
 RUNS_LIMIT = 200
 # Auto-refresh is opt-in per page view (``?refresh=1``): an idle tab costs nothing.
@@ -186,39 +184,25 @@ def run(request: HttpRequest, run_id: UUID) -> HttpResponse:
     found = store.get_run(run_id)
     if found is None:
         raise Http404(f"no run with id {run_id}")
-    steps = store.run_steps(run_id)
-    timeline = build_timeline(steps, _open_until(found))
+    # The steps, paged and collapsed for runs of thousands of steps (ui.run_page).
+    steps = run_page.steps_context(request, found, _pretty)
     # ``error`` comes from an action's redirect, but anyone can put anything in a URL.
     notices = [f"Error: {_clipped(request.GET['error'])}"] if request.GET.get("error") else []
     if request.GET.get("done") in actions.DONE:
         notices.append(actions.DONE[request.GET["done"]])
     context = {
         "nav": "runs",
-        "notices": notices,
+        "notices": notices + steps.pop("step_notices"),
         "refresh_seconds": _refresh(request),
         "run": found,
         "wait": run_wait(found),
         "can": actions.allowed_actions(request, found),
-        "uncertain_steps": actions.uncertain_steps(steps),
         "duration": format_duration(_span(found.started_at, found.completed_at)),
         "args_json": _pretty(found.args),
         "result_json": _pretty(found.result),
         "error_json": _pretty(found.error),
         "error": _headline(found.error),
-        "steps": [
-            {
-                "step": step,
-                "duration": format_duration(_span(step.started_at, step.finished_at)),
-                "detail_json": _pretty(
-                    {"args": step.args, "kwargs": step.kwargs, "result": step.result}
-                    | ({"error": step.error} if step.error is not None else {})
-                ),
-            }
-            for step in steps
-        ],
-        "graph": build_graph(steps, attrgetter("step_id")),
-        "timeline": timeline,
-        "timeline_span": format_duration(timeline.span),
+        **steps,
     }
     return render(request, "everystep/run.html", context)
 
@@ -228,14 +212,6 @@ def _headline(error: Any) -> dict[str, str]:
     if not isinstance(error, dict) or not error.get("type"):
         return {}
     return {key: serde.printable(str(error.get(key, ""))) for key in ("type", "message")}
-
-
-def _open_until(found: Workflow) -> datetime:
-    # A step without an outcome is still going while its run is live; otherwise it
-    # stopped when the run last changed (a blocked run waits for a human, not the step).
-    if found.status in (Status.SCHEDULED, Status.RUNNING):
-        return timezone.now()
-    return found.completed_at or found.updated_at
 
 
 @ui_view

@@ -1,0 +1,154 @@
+"""The steps part of a run's page, readable at thousands of steps: the step table in
+pages (``?steps=N``, or ``?steps=all``), the graph with long sequences and wide forks
+collapsed (``?graph=all`` shows it whole), the timeline limited to the steps of the
+table's page but drawn on the whole run's time axis.
+
+Two statements whatever the number of steps: an outline of every step (ids, names,
+statuses, times: what the graph and timeline need) and the full rows of the page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from operator import attrgetter
+from typing import Any
+
+from django.http import HttpRequest, QueryDict
+from django.utils import timezone
+
+from everystep.models import Status, Step, Workflow
+from everystep.store.step_pages import step_outlines, step_rows
+from everystep.ui.actions import uncertain_steps
+from everystep.ui.graph import build_graph, collapse
+from everystep.ui.timeline import build_timeline, format_duration
+
+STEPS_PER_PAGE = 100
+# The graph and timeline of a run stop at this many steps (a notice says so).
+STEPS_MAX = 10_000
+# Lanes of the timeline at most, even for ``?steps=all``.
+TIMELINE_MAX = 500
+
+
+@dataclass(frozen=True)
+class StepPage:
+    """Which steps of the table are shown: page ``number`` of ``count`` (or all of them),
+    and the links to the others."""
+
+    number: int
+    count: int
+    everything: bool
+    total: int
+    first: int  # 1-based positions, for "steps 101 to 200 of 2,000"
+    last: int
+    links: dict[str, str]
+
+    @property
+    def offset(self) -> int:
+        return 0 if self.everything else (self.number - 1) * STEPS_PER_PAGE
+
+
+@dataclass(frozen=True)
+class LinkedStep:
+    """A step of the graph and where its row is: on this page or another one."""
+
+    step: Step
+    href: str
+
+    @property
+    def status(self) -> str:
+        return str(self.step.status)
+
+
+def steps_context(
+    request: HttpRequest, found: Workflow, pretty: Callable[[Any], str]
+) -> dict[str, Any]:
+    """The steps, graph and timeline of run ``found`` for the template, and notices."""
+    outlines = step_outlines(found.id, STEPS_MAX + 1)
+    notices = []
+    if len(outlines) > STEPS_MAX:
+        outlines = outlines[:STEPS_MAX]
+        notices.append(f"This run has more than {STEPS_MAX:,} steps; the first are shown.")
+    page, notice = _page(request, len(outlines))
+    notices += [notice] if notice else []
+    limit = page.total if page.everything else STEPS_PER_PAGE
+    rows = step_rows(found.id, page.offset, limit) if outlines else []
+    timeline = build_timeline(outlines, _open_until(found), shown=rows[:TIMELINE_MAX])
+    whole_graph = request.GET.get("graph") == "all"
+    graph = build_graph(_linked(request, outlines, page), attrgetter("step.step_id"))
+    shown = graph if whole_graph else collapse(graph, attrgetter("status"))
+    return {
+        "step_notices": notices,
+        "uncertain_steps": uncertain_steps(outlines),
+        "steps": [_row(step, pretty) for step in rows],
+        "page": page,
+        "graph": shown,
+        "graph_collapsed": shown != graph,
+        "graph_all_href": _href(request, graph="all") + "#graph",
+        "timeline": timeline,
+        "timeline_span": format_duration(timeline.span),
+        "timeline_cut": len(rows) > TIMELINE_MAX,
+    }
+
+
+def _page(request: HttpRequest, total: int) -> tuple[StepPage, str]:
+    count = max(1, -(-total // STEPS_PER_PAGE))
+    given = request.GET.get("steps", "")
+    notice = ""
+    everything = given == "all"
+    number = 1
+    if given and not everything:
+        if given.isascii() and given.isdecimal() and len(given) < 10:
+            number = min(max(int(given), 1), count)
+        else:
+            notice = "The steps parameter is a page number or 'all'; showing the first page."
+    first = 1 if everything else (number - 1) * STEPS_PER_PAGE + 1
+    last = total if everything else min(number * STEPS_PER_PAGE, total)
+    links = {
+        "previous": _href(request, steps=str(number - 1)) if number > 1 and not everything else "",
+        "next": _href(request, steps=str(number + 1)) if number < count and not everything else "",
+        "all": "" if everything or count == 1 else _href(request, steps="all"),
+        "paged": _href(request, steps="1") if everything else "",
+    }
+    page = StepPage(number, count, everything, total, min(first, total), last, links)
+    return page, notice
+
+
+def _linked(request: HttpRequest, outlines: list[Step], page: StepPage) -> list[LinkedStep]:
+    linked = []
+    for position, step in enumerate(outlines):
+        on = position // STEPS_PER_PAGE + 1
+        here = page.everything or on == page.number
+        target = "" if here else _href(request, steps=str(on))
+        linked.append(LinkedStep(step, f"{target}#step-{step.step_id}"))
+    return linked
+
+
+def _href(request: HttpRequest, **changes: str) -> str:
+    """This page's query string with ``changes``, keeping only the parameters the run
+    page reads (anything else in the URL is not carried into every link)."""
+    query = QueryDict(mutable=True)
+    for key in ("refresh", "steps", "graph"):
+        value = changes.get(key, request.GET.get(key, ""))
+        if value and len(value) <= 10:
+            query[key] = value
+    return "?" + query.urlencode()
+
+
+def _row(step: Step, pretty: Callable[[Any], str]) -> dict[str, Any]:
+    took = step.finished_at - step.started_at if step.finished_at is not None else None
+    detail = {"args": step.args, "kwargs": step.kwargs, "result": step.result}
+    return {
+        "step": step,
+        "duration": format_duration(took),
+        "detail_json": pretty(detail | ({"error": step.error} if step.error is not None else {})),
+    }
+
+
+def _open_until(found: Workflow) -> datetime:
+    # A step without an outcome is still going while its run is live; otherwise it
+    # stopped when the run last changed (a blocked run waits for a human, not the step).
+    if found.status in (Status.SCHEDULED, Status.RUNNING):
+        return timezone.now()
+    return found.completed_at or found.updated_at
