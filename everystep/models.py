@@ -175,6 +175,10 @@ class Workflow(models.Model):
             # Catchup and orphan recovery: runs held by one runner.
             models.Index(fields=["claimed_by", "status"], name="everystep_wf_claimed"),
             models.Index(fields=["name", "id"], name="everystep_wf_name_id"),
+            # The runs page's status counts for one workflow (name AND status, capped):
+            # without it a busy workflow's counts walk its whole history (seconds on
+            # MariaDB at a million runs, bench/ui_scale.py).
+            models.Index(fields=["name", "status", "id"], name="everystep_wf_name_status_id"),
         ]
         # The UI's write actions; the admin stays read-only whatever the user's rights.
         permissions = [

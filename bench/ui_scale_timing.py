@@ -1,0 +1,136 @@
+"""The timing pass of ``ui_scale.py``: each page of ``PAGES`` through Django's test
+client, each store query of ``QUERIES``, N times; median, p95 and the query plans."""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+from ui_scale import PAGES, PLANS, TARGET_MS, queries, retrying
+
+WARMUP = 2
+
+
+def time_all(db: str, requests: int) -> None:
+    """Time every page and query; print one table; write the plans of ``db``."""
+    from django.test import Client
+    from django.urls import reverse
+
+    from django.core.signals import request_started
+    from django.db import reset_queries
+
+    # Each request would empty the query log the plans are read from.
+    request_started.disconnect(reset_queries)
+    context = retrying(_context)
+    client = Client()
+    client.force_login(retrying(_staff))
+    PLANS.mkdir(exist_ok=True)
+    print(f"{'what':48} {'median ms':>10} {'p95 ms':>8} {'queries':>8}")
+    for label, url_name, params in PAGES:
+        args = [context["big"]] if url_name == "everystep:run" else []
+        url = reverse(url_name, args=args)
+        given = {key: value.format(**context) for key, value in params.items()}
+
+        def get(url: str = url, given: dict[str, str] = given) -> None:
+            response = client.get(url, given)
+            assert response.status_code == 200, (url, given, response.status_code)
+
+        _report(db, label, get, requests)
+    for label, query in queries():
+        _report(db, label, functools.partial(query, context), requests)
+
+
+def _report(db: str, label: str, action: Callable[[], Any], requests: int) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    for _ in range(WARMUP):
+        retrying(action)
+    with CaptureQueriesContext(connection) as captured:
+        retrying(action)
+    statements = [query["sql"] for query in captured.captured_queries]
+    seconds = [retrying(lambda: _timed(action)) for _ in range(requests)]
+    ms = sorted(s * 1000 for s in seconds)
+    median = statistics.median(ms)
+    p95 = ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))]
+    flag = "" if p95 < TARGET_MS else "  MISSES 200 ms"
+    print(f"{label:48} {median:10.1f} {p95:8.1f} {len(statements):8}{flag}",
+          flush=True)  # fmt: skip
+    retrying(lambda: _write_plans(db, label, statements))
+
+
+def _timed(action: Callable[[], Any]) -> float:
+    began = time.perf_counter()
+    action()
+    return time.perf_counter() - began
+
+
+def _write_plans(db: str, label: str, statements: list[str]) -> None:
+    from django.db import connection
+
+    # Only everystep's own tables: the session and user lookups are Django's.
+    mine = [sql for sql in statements if "everystep_" in sql and sql.lstrip().startswith("SELECT")]
+    explain = (
+        "EXPLAIN (ANALYZE, BUFFERS) "
+        if connection.vendor == "postgresql"
+        else "ANALYZE FORMAT=JSON "
+    )
+    out = [f"# {label} ({db}): {len(mine)} statement(s) on everystep tables\n"]
+    with connection.cursor() as cursor:
+        for sql in mine:
+            cursor.execute(explain + sql)
+            plan = "\n".join(str(row[0]) for row in cursor.fetchall())
+            out.append(f"\n## {sql}\n\n{plan}\n")
+    name = "".join(c if c.isalnum() else "_" for c in label).strip("_")
+    (PLANS / f"{db}_{name}.txt").write_text("".join(out), encoding="utf-8")
+
+
+def _staff() -> Any:
+    from django.contrib.auth import get_user_model
+
+    user, _ = get_user_model().objects.get_or_create(
+        username="scale-bench", defaults={"is_staff": True}
+    )
+    return user
+
+
+def _context() -> dict[str, Any]:
+    """The values the pages and queries are filled with, read from the database."""
+    from django.db.models import Count, Max, Min
+
+    from everystep.models import Workflow
+
+    big = Workflow.objects.get(name="scale.big_run", idempotency_key="big-run")
+    by_name = Workflow.objects.values("name").annotate(n=Count("id")).order_by("-n")
+    names = [row["name"] for row in by_name]
+    keyed = Workflow.objects.filter(idempotency_key__isnull=False).order_by("id")[150_000]
+    bounds = Workflow.objects.aggregate(lo=Min("created_at"), hi=Max("created_at"))
+    t0 = bounds["lo"] + (bounds["hi"] - bounds["lo"]) / 3
+    t1 = t0 + timedelta(days=1)
+    deep = Workflow.objects.order_by("-id").values_list("id", flat=True)[600_000]
+    lo = big.id.int >> 96 << 96  # the first 8 hex digits as a prefix
+    return {
+        "big": big.id,
+        "name": names[0],
+        "rare": names[-1],
+        "runner": "runner-a-1",
+        "key_name": keyed.name,
+        "key": keyed.idempotency_key,
+        "deep": deep,
+        "prefix_lo": UUID(int=lo),
+        "prefix_hi": UUID(int=lo + (1 << 96)),
+        "t0": t0,
+        "t1": t1,
+        "t0_id": _time_bound(t0),
+        "t1_id": _time_bound(t1),
+    }
+
+
+def _time_bound(moment: Any) -> UUID:
+    """The smallest UUIDv7 of ``moment``'s millisecond: ids at or after it are not older."""
+    return UUID(int=int(moment.timestamp() * 1000) << 80)
