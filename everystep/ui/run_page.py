@@ -141,9 +141,20 @@ def _row(step: Step, pretty: Callable[[Any], str]) -> dict[str, Any]:
     detail = {"args": step.args, "kwargs": step.kwargs, "result": step.result}
     return {
         "step": step,
+        "started": _when(step.started_at),
+        "finished": _when(step.finished_at),
         "duration": format_duration(took),
         "detail_json": pretty(detail | ({"error": step.error} if step.error is not None else {})),
     }
+
+
+def _when(value: datetime | None) -> dict[str, str] | None:
+    """A time as ``_time.html`` shows it, formatted here: with every step listed, the
+    template's date filter was a third of the page's time."""
+    if value is None:
+        return None
+    local = timezone.localtime(value)
+    return {"iso": local.isoformat(), "text": local.strftime("%Y-%m-%d %H:%M:%S")}
 
 
 def _open_until(found: Workflow) -> datetime:
