@@ -5,6 +5,8 @@ step table. Two statements whatever the number of steps; both are served by the
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+from datetime import datetime
 from uuid import UUID
 
 from everystep.models import Step
@@ -12,14 +14,28 @@ from everystep.models import Step
 # The order of the step table, the graph's input and the timeline's lanes; ``step_id``
 # is unique within a run, so pages never overlap.
 STEP_ORDER = ("started_at", "step_id")
-OUTLINE_FIELDS = ("id", "step_id", "name", "status", "started_at", "finished_at")
 
 
-def step_outlines(run_id: UUID | str, limit: int) -> list[Step]:
-    """The first ``limit`` steps of a run in the order they started, without their
-    arguments, results or errors (reading those is ``step_rows``)."""
-    steps = Step.objects.filter(workflow_id=run_id).only(*OUTLINE_FIELDS)
-    return list(steps.order_by(*STEP_ORDER)[:limit])
+@dataclass(frozen=True)
+class StepOutline:
+    """What the graph and timeline need of a step: no arguments, result or error."""
+
+    step_id: str
+    name: str
+    status: str
+    started_at: datetime
+    finished_at: datetime | None
+
+
+_OUTLINE_FIELDS = [f.name for f in fields(StepOutline)]
+
+
+def step_outlines(run_id: UUID | str, limit: int) -> list[StepOutline]:
+    """The first ``limit`` steps of a run in the order they started, as outlines
+    (whole rows: ``step_rows``). Plain tuples, not model instances: a run page reads
+    thousands of them."""
+    steps = Step.objects.filter(workflow_id=run_id).order_by(*STEP_ORDER)
+    return [StepOutline(*row) for row in steps.values_list(*_OUTLINE_FIELDS)[:limit]]
 
 
 def step_rows(run_id: UUID | str, offset: int, limit: int) -> list[Step]:

@@ -19,7 +19,7 @@ from django.http import HttpRequest, QueryDict
 from django.utils import timezone
 
 from everystep.models import Status, Step, Workflow
-from everystep.store.step_pages import step_outlines, step_rows
+from everystep.store.step_pages import StepOutline, step_outlines, step_rows
 from everystep.ui.actions import uncertain_steps
 from everystep.ui.graph import build_graph, collapse
 from everystep.ui.timeline import build_timeline, format_duration
@@ -29,6 +29,8 @@ STEPS_PER_PAGE = 100
 STEPS_MAX = 10_000
 # Lanes of the timeline at most, even for ``?steps=all``.
 TIMELINE_MAX = 500
+# A mark per step status, so a status is a shape as well as a colour (as in _mark.html).
+MARKS = {"done": "✓", "failed": "✗", "started": "◔"}
 
 
 @dataclass(frozen=True)
@@ -53,12 +55,16 @@ class StepPage:
 class LinkedStep:
     """A step of the graph and where its row is: on this page or another one."""
 
-    step: Step
+    step: StepOutline
     href: str
 
     @property
     def status(self) -> str:
         return str(self.step.status)
+
+    @property
+    def mark(self) -> str:
+        return MARKS.get(self.step.status, "•")
 
 
 def steps_context(
@@ -115,12 +121,13 @@ def _page(request: HttpRequest, total: int) -> tuple[StepPage, str]:
     return page, notice
 
 
-def _linked(request: HttpRequest, outlines: list[Step], page: StepPage) -> list[LinkedStep]:
+def _linked(request: HttpRequest, outlines: list[StepOutline], page: StepPage) -> list[LinkedStep]:
+    # One query string per page of the table, not per step: thousands of steps share them.
+    pages = {n: _href(request, steps=str(n)) for n in range(1, page.count + 1)}
+    pages[page.number] = ""
     linked = []
     for position, step in enumerate(outlines):
-        on = position // STEPS_PER_PAGE + 1
-        here = page.everything or on == page.number
-        target = "" if here else _href(request, steps=str(on))
+        target = "" if page.everything else pages[position // STEPS_PER_PAGE + 1]
         linked.append(LinkedStep(step, f"{target}#step-{step.step_id}"))
     return linked
 
