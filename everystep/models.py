@@ -172,8 +172,9 @@ class Workflow(models.Model):
             # Claim query: status='scheduled' AND due_at <= now ORDER BY due_at, id; runs
             # sleeping or waiting sort after everything due, so the claim never walks them.
             models.Index(fields=["status", "due_at", "id"], name="everystep_wf_due"),
-            # Catchup and orphan recovery: runs held by one runner.
-            models.Index(fields=["claimed_by", "status"], name="everystep_wf_claimed"),
+            # Catchup and orphan recovery: runs held by one runner. ``name`` last: the runs
+            # page's status counts for a workflow and a runner read this index alone.
+            models.Index(fields=["claimed_by", "status", "name"], name="everystep_wf_claimed_name"),
             models.Index(fields=["name", "id"], name="everystep_wf_name_id"),
             # The runs page's status counts for one workflow (name AND status, capped):
             # without it a busy workflow's counts walk its whole history (seconds on
