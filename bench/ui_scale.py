@@ -30,71 +30,65 @@ PLANS = BENCH / "ui_scale_plans"
 TARGET_MS = 200.0
 
 # -- what is timed: update these tables as the views grow ---------------------------------
-# (label, URL name, query parameters). ``{big}`` is the big run's id, ``{name}`` the
-# busiest workflow, ``{rare}`` a rarely run one, ``{runner}`` a runner's name.
+# (label, URL name, query parameters), the parameters those of the runs list on branch
+# ui13 (search ``q``, ``created_after``/``created_before``, keyset ``older``/``newer``).
+# Placeholders, filled by ``ui_scale_timing.context``: ``{big}`` the big run's id,
+# ``{prefix}`` its first 8 hex digits, ``{key}`` an idempotency key, ``{name}`` the
+# busiest workflow, ``{rare}`` the rarest, ``{runner}`` a runner, ``{deep}`` the id of
+# the 600,000th newest run, ``{day_ago}`` one day before the newest run, ``{t0}`` and
+# ``{t1}``: one day, 60 days before the newest run.
+RUNS, RUN = "everystep:runs", "everystep:run"
+DAY = {"created_after": "{t0}", "created_before": "{t1}"}
 PAGES: list[tuple[str, str, dict[str, str]]] = [
-    ("runs: first page", "everystep:runs", {}),
-    ("runs: status=failed", "everystep:runs", {"status": "failed"}),
-    ("runs: status=running", "everystep:runs", {"status": "running"}),
-    ("runs: status=blocked", "everystep:runs", {"status": "blocked"}),
-    ("runs: workflow (busiest)", "everystep:runs", {"workflow": "{name}"}),
-    ("runs: workflow (rare)", "everystep:runs", {"workflow": "{rare}"}),
-    ("runs: workflow unknown", "everystep:runs", {"workflow": "no.such_workflow"}),
-    ("runs: runner", "everystep:runs", {"runner": "{runner}"}),
-    ("runs: runner unknown", "everystep:runs", {"runner": "runner-gone"}),
-    ("runs: status+workflow (rare)", "everystep:runs", {"status": "failed", "workflow": "{rare}"}),
-    ("runs: status+runner", "everystep:runs", {"status": "failed", "runner": "{runner}"}),
-    (
-        "runs: status+workflow+runner",
-        "everystep:runs",
-        {"status": "failed", "workflow": "{name}", "runner": "{runner}"},
-    ),
-    ("run: big run (2,000 steps)", "everystep:run", {}),
-    ("run: big run, all steps", "everystep:run", {"steps": "all"}),
+    ("runs: first page", RUNS, {}),
+    ("runs: status=failed", RUNS, {"status": "failed"}),
+    ("runs: status=running", RUNS, {"status": "running"}),
+    ("runs: status=blocked", RUNS, {"status": "blocked"}),
+    ("runs: status=scheduled", RUNS, {"status": "scheduled"}),
+    ("runs: workflow (busiest)", RUNS, {"workflow": "{name}"}),
+    ("runs: workflow (rare)", RUNS, {"workflow": "{rare}"}),
+    ("runs: workflow unknown", RUNS, {"workflow": "no.such_workflow"}),
+    ("runs: runner", RUNS, {"runner": "{runner}"}),
+    ("runs: runner unknown", RUNS, {"runner": "runner-gone"}),
+    ("runs: status+workflow (rare)", RUNS, {"status": "failed", "workflow": "{rare}"}),
+    ("runs: status+runner", RUNS, {"status": "failed", "runner": "{runner}"}),
+    ("runs: status+workflow+runner", RUNS, {"status": "failed", "workflow": "{name}",
+                                            "runner": "{runner}"}),
+    ("runs: last 24 h", RUNS, {"created_after": "{day_ago}"}),
+    ("runs: one day, 60 days ago", RUNS, DAY),
+    ("runs: one day + status=failed", RUNS, {**DAY, "status": "failed"}),
+    ("runs: one day + workflow (busiest)", RUNS, {**DAY, "workflow": "{name}"}),
+    ("runs: deep page (older than 600,000)", RUNS, {"older": "{deep}"}),
+    ("runs: deep page + status=failed", RUNS, {"older": "{deep}", "status": "failed"}),
+    ("runs: deep page, newer direction", RUNS, {"newer": "{deep}"}),
+    ("search: full run id", RUNS, {"q": "{big}"}),
+    ("search: id prefix (8 hex digits)", RUNS, {"q": "{prefix}"}),
+    ("search: idempotency key", RUNS, {"q": "{key}"}),
+    ("search: nothing found", RUNS, {"q": "no-such-key"}),
+    ("run: big run (2,000 steps)", RUN, {}),
+    ("run: big run, table page 10", RUN, {"steps": "10"}),
+    ("run: big run, whole graph", RUN, {"graph": "all"}),
+    ("run: big run, all steps", RUN, {"steps": "all"}),
     ("runners", "everystep:runners", {}),
-]
+]  # fmt: skip
 
 
 def queries() -> list[tuple[str, Callable[[dict[str, Any]], Any]]]:
-    """Store queries the list view does not offer yet (search, time ranges, deep pages),
-    timed as the statement a view would make: (label, function of the timing context)."""
+    """Store statements timed on their own: a time window written on ``created_at``
+    (no index) against the same window as a UUIDv7 id range, which the views use."""
     from everystep.models import Workflow
 
     runs = Workflow.objects.defer("args", "result", "error").order_by("-id")
-
-    def page(qs: Any) -> list[Any]:
-        return list(qs[:200])
-
     return [
-        ("search: exact id", lambda c: list(Workflow.objects.filter(id=c["big"]))),
         (
-            "search: id prefix (range)",
-            lambda c: page(runs.filter(id__gte=c["prefix_lo"], id__lt=c["prefix_hi"])),
+            "store: one day by created_at",
+            lambda c: list(
+                runs.filter(created_at__gte=c["t0_at"], created_at__lt=c["t1_at"])[:200]
+            ),
         ),
         (
-            "search: idempotency key",
-            lambda c: list(Workflow.objects.filter(name=c["key_name"], idempotency_key=c["key"])),
-        ),
-        ("list: deep keyset page", lambda c: page(runs.filter(id__lt=c["deep"]))),
-        (
-            "list: deep keyset, status=failed",
-            lambda c: page(runs.filter(status="failed", id__lt=c["deep"])),
-        ),
-        (
-            "list: time range by created_at",
-            lambda c: page(runs.filter(created_at__gte=c["t0"], created_at__lt=c["t1"])),
-        ),
-        (
-            "list: time range by id bounds",
-            lambda c: page(runs.filter(id__gte=c["t0_id"], id__lt=c["t1_id"])),
-        ),
-        (
-            "list: time range + status=failed (id bounds)",
-            lambda c: page(runs.filter(status="failed", id__gte=c["t0_id"], id__lt=c["t1_id"])),
-        ),
-        (
-            "list: time range + workflow (id bounds)",
-            lambda c: page(runs.filter(name=c["name"], id__gte=c["t0_id"], id__lt=c["t1_id"])),
+            "store: one day by id range",
+            lambda c: list(runs.filter(id__gte=c["t0_id"], id__lt=c["t1_id"])[:200]),
         ),
     ]
 
@@ -102,16 +96,18 @@ def queries() -> list[tuple[str, Callable[[dict[str, Any]], Any]]]:
 # -- setup -------------------------------------------------------------------------------
 
 
-def configure(db: str, database: str) -> None:
-    """Settings for the scale database; call before Django is imported."""
+def configure(db: str, database: str, source: Path = ROOT) -> None:
+    """Settings for the scale database, ``everystep`` and ``tests`` imported from
+    ``source``; call before Django is imported."""
     for key in [k for k in os.environ if k.startswith("EVERYSTEP_")]:
         del os.environ[key]
     os.environ["EVERYSTEP_TEST_DB"] = db
     os.environ["EVERYSTEP_SCALE_DB"] = database
     os.environ["DJANGO_SETTINGS_MODULE"] = "everystep_bench.scale_settings"
-    for path in (str(BENCH), str(ROOT)):
-        if path not in sys.path:
-            sys.path.insert(0, path)
+    for path in (str(BENCH), str(source)):  # source ends up first
+        if path in sys.path:
+            sys.path.remove(path)
+        sys.path.insert(0, path)
 
 
 def create_database(database: str) -> None:
@@ -208,12 +204,22 @@ def main() -> None:
     parser.add_argument("--db", choices=["postgres", "mariadb"], required=True)
     parser.add_argument("--database", default="everystep_scale")
     parser.add_argument("--requests", type=int, default=20, help="requests per page (20)")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        default=ROOT,
+        help="tree whose everystep/ and tests/ are measured and migrate the database "
+        "(default: this repository); e.g. a scratch merge with another branch",
+    )
     parser.add_argument("command", choices=["generate", "time"])
     args = parser.parse_args()
-    configure(args.db, args.database)
+    configure(args.db, args.database, args.source)
     import django
 
     django.setup()
+    import everystep
+
+    print(f"everystep from {Path(everystep.__file__).resolve().parent}", flush=True)
     if args.command == "generate":
         create_database(args.database)
         generate()

@@ -27,8 +27,8 @@ from everystep.ui.timeline import build_timeline, format_duration
 STEPS_PER_PAGE = 100
 # The graph and timeline of a run stop at this many steps (a notice says so).
 STEPS_MAX = 10_000
-# Lanes of the timeline at most, even for ``?steps=all``.
-TIMELINE_MAX = 500
+# Lanes of the timeline at most, even for ``?steps=all``: a page's worth.
+TIMELINE_MAX = STEPS_PER_PAGE
 # A mark per step status, so a status is a shape as well as a colour (as in _mark.html).
 MARKS = {"done": "✓", "failed": "✗", "started": "◔"}
 
