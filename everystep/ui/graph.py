@@ -139,6 +139,17 @@ class Gap:
     def steps(self) -> int:
         return sum(n for _, n in self.statuses)
 
+    @property
+    def what(self) -> str:
+        """``388 steps``, ``1 branch``, ``5 steps and forks``."""
+        one = {"steps": "step", "branches": "branch", "steps and forks": "step or fork"}
+        return f"{self.count} {self.noun if self.count != 1 else one[self.noun]}"
+
+    @property
+    def plain(self) -> bool:
+        """The gap is steps of one scope only: its count already counts the steps."""
+        return self.noun == "steps"
+
 
 def collapse(nodes: list[Node[T]], status: Callable[[T], str]) -> list[Node[T] | Gap]:
     """``nodes`` with long scopes and wide forks cut down to what fits on a page, at
@@ -179,6 +190,8 @@ def _thin(
 
 def _gap(hidden: list[Any], noun: str, status: Callable[[Any], str]) -> Gap:
     counts = Counter(status(item) for entry in hidden for item in _items(entry))
+    if noun == "steps" and any(isinstance(entry, ForkNode) for entry in hidden):
+        noun = "steps and forks"
     return Gap(len(hidden), noun, sorted(counts.items()))
 
 
