@@ -226,7 +226,7 @@ def main() -> None:
     else:
         from ui_scale_timing import time_all
 
-        time_all(args.db, args.requests)
+        time_all(args.db, args.requests, args.source)
 
 
 if __name__ == "__main__":

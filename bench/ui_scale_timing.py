@@ -4,6 +4,7 @@ client, each store query of ``QUERIES``, N times; median, p95 and the query plan
 from __future__ import annotations
 
 import functools
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -16,12 +17,14 @@ from ui_scale import PAGES, PLANS, TARGET_MS, queries, retrying
 WARMUP = 2
 
 
-def time_all(db: str, requests: int) -> None:
-    """Time every page and query; print one table; write the plans of ``db``."""
+def time_all(db: str, requests: int, source: Any) -> None:
+    """Time every page and query; print one table; write the plans of ``db``; append
+    the figures to ``bench/results.jsonl``."""
     from django.core.signals import request_started
     from django.db import reset_queries
     from django.test import Client
     from django.urls import reverse
+    from harness import append_result, machine_info, source_info
 
     # Each request would empty the query log the plans are read from.
     request_started.disconnect(reset_queries)
@@ -31,7 +34,9 @@ def time_all(db: str, requests: int) -> None:
     PLANS.mkdir(exist_ok=True)
     for stale in PLANS.glob(f"{db}_*.txt"):  # a label may have been renamed since
         stale.unlink()
+    info = machine_info()
     print(f"{'what':48} {'median ms':>10} {'p95 ms':>8} {'queries':>8}")
+    figures: dict[str, dict[str, float]] = {}
     for label, url_name, params in PAGES:
         args = [values["big"]] if url_name == "everystep:run" else []
         url = reverse(url_name, args=args)
@@ -42,12 +47,18 @@ def time_all(db: str, requests: int) -> None:
             # A search that finds exactly one run redirects to its page.
             assert response.status_code in (200, 302), (url, given, response.status_code)
 
-        _report(db, label, get, requests)
+        figures[label] = _report(db, label, get, requests)
     for label, query in queries():
-        _report(db, label, functools.partial(query, values), requests)
+        figures[label] = _report(db, label, functools.partial(query, values), requests)
+    info["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    append_result(
+        {"bench": "ui_scale", "db": db, "requests": requests, "source": source_info(source)}
+        | info
+        | {"pages": figures}
+    )
 
 
-def _report(db: str, label: str, action: Callable[[], Any], requests: int) -> None:
+def _report(db: str, label: str, action: Callable[[], Any], requests: int) -> dict[str, float]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -64,6 +75,7 @@ def _report(db: str, label: str, action: Callable[[], Any], requests: int) -> No
     print(f"{label:48} {median:10.1f} {p95:8.1f} {len(statements):8}{flag}",
           flush=True)  # fmt: skip
     retrying(lambda: _write_plans(db, label, statements))
+    return {"median_ms": round(median, 1), "p95_ms": round(p95, 1), "queries": len(statements)}
 
 
 def _timed(action: Callable[[], Any]) -> float:
