@@ -1,7 +1,6 @@
 """The steps of one run as the run page reads them: an outline of every step (what the
 graph and timeline need, without the JSON columns) and the full rows of one page of the
-step table. Two statements whatever the number of steps; both are served by the
-``(workflow_id, step_id)`` unique index."""
+step table. Both are served by the ``(workflow_id, step_id)`` unique index."""
 
 from __future__ import annotations
 
@@ -25,6 +24,11 @@ class StepOutline:
     status: str
     started_at: datetime
     finished_at: datetime | None
+
+    @classmethod
+    def of(cls, step: Step) -> StepOutline:
+        """The outline of a whole row already read."""
+        return cls(step.step_id, step.name, step.status, step.started_at, step.finished_at)
 
 
 _OUTLINE_FIELDS = [f.name for f in fields(StepOutline)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, tzinfo
 from operator import attrgetter
 from typing import Any
 
@@ -71,15 +71,8 @@ def steps_context(
     request: HttpRequest, found: Workflow, pretty: Callable[[Any], str]
 ) -> dict[str, Any]:
     """The steps, graph and timeline of run ``found`` for the template, and notices."""
-    outlines = step_outlines(found.id, STEPS_MAX + 1)
-    notices = []
-    if len(outlines) > STEPS_MAX:
-        outlines = outlines[:STEPS_MAX]
-        notices.append(f"This run has more than {STEPS_MAX:,} steps; the first are shown.")
-    page, notice = _page(request, len(outlines))
-    notices += [notice] if notice else []
-    limit = page.total if page.everything else STEPS_PER_PAGE
-    rows = step_rows(found.id, page.offset, limit) if outlines else []
+    outlines, rows, page, notices = _read(request, found)
+    zone = timezone.get_current_timezone()
     timeline = build_timeline(outlines, _open_until(found), shown=rows[:TIMELINE_MAX])
     whole_graph = request.GET.get("graph") == "all"
     graph = build_graph(_linked(request, outlines, page), attrgetter("step.step_id"))
@@ -87,7 +80,7 @@ def steps_context(
     return {
         "step_notices": notices,
         "uncertain_steps": uncertain_steps(outlines),
-        "steps": [_row(step, pretty) for step in rows],
+        "steps": [_row(step, pretty, zone) for step in rows],
         "page": page,
         "graph": shown,
         "graph_collapsed": shown != graph,
@@ -96,6 +89,29 @@ def steps_context(
         "timeline_span": format_duration(timeline.span),
         "timeline_cut": len(rows) > TIMELINE_MAX,
     }
+
+
+def _read(
+    request: HttpRequest, found: Workflow
+) -> tuple[list[StepOutline], list[Step], StepPage, list[str]]:
+    """The outline of every step (up to ``STEPS_MAX``), the whole rows of the table's
+    page, the page and notices: two statements, one when every step is asked for (the
+    outlines are then taken from the rows)."""
+    everything = request.GET.get("steps") == "all"
+    rows = step_rows(found.id, 0, STEPS_MAX + 1) if everything else []
+    if everything:
+        outlines = [StepOutline.of(step) for step in rows]
+    else:
+        outlines = step_outlines(found.id, STEPS_MAX + 1)
+    notices = []
+    if len(outlines) > STEPS_MAX:
+        outlines, rows = outlines[:STEPS_MAX], rows[:STEPS_MAX]
+        notices.append(f"This run has more than {STEPS_MAX:,} steps; the first are shown.")
+    page, notice = _page(request, len(outlines))
+    notices += [notice] if notice else []
+    if outlines and not everything:
+        rows = step_rows(found.id, page.offset, STEPS_PER_PAGE)
+    return outlines, rows, page, notices
 
 
 def _page(request: HttpRequest, total: int) -> tuple[StepPage, str]:
@@ -143,25 +159,25 @@ def _href(request: HttpRequest, **changes: str) -> str:
     return "?" + query.urlencode()
 
 
-def _row(step: Step, pretty: Callable[[Any], str]) -> dict[str, Any]:
+def _row(step: Step, pretty: Callable[[Any], str], zone: tzinfo) -> dict[str, Any]:
     took = step.finished_at - step.started_at if step.finished_at is not None else None
     detail = {"args": step.args, "kwargs": step.kwargs, "result": step.result}
     return {
         "step": step,
-        "started": _when(step.started_at),
-        "finished": _when(step.finished_at),
+        "started": _when(step.started_at, zone),
+        "finished": _when(step.finished_at, zone),
         "duration": format_duration(took),
         "detail_json": pretty(detail | ({"error": step.error} if step.error is not None else {})),
     }
 
 
-def _when(value: datetime | None) -> dict[str, str] | None:
+def _when(value: datetime | None, zone: tzinfo) -> dict[str, str] | None:
     """A time as ``_time.html`` shows it, formatted here: with every step listed, the
     template's date filter was a third of the page's time."""
     if value is None:
         return None
-    local = timezone.localtime(value)
-    return {"iso": local.isoformat(), "text": local.strftime("%Y-%m-%d %H:%M:%S")}
+    local = value.astimezone(zone)
+    return {"iso": local.isoformat(), "text": local.isoformat(" ", "seconds")[:19]}
 
 
 def _open_until(found: Workflow) -> datetime:

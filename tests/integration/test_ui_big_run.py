@@ -93,12 +93,18 @@ def test_big_run_page_reads_the_run_once_and_its_steps_twice(staff, big_run):
 
 
 def test_statement_count_does_not_grow_with_steps(staff, big_run):
-    """A run of 3 steps and one of 2,000 cost the same number of statements (no N+1),
-    also with every step shown."""
+    """A run of 3 steps and one of 2,000 cost the same number of statements (no N+1)."""
     small = make_run(["1", "2.0.1", "2.1.1"])
     counted = len(statements(staff, small))
     assert len(statements(staff, big_run)) == counted
-    assert len(statements(staff, big_run, steps="all", graph="all")) == counted
+    assert len(statements(staff, big_run, steps="20", graph="all")) == counted
+
+
+def test_all_steps_are_read_in_one_statement(staff, big_run):
+    """With every step shown, one statement reads them all, for the table and the graph."""
+    sqls = statements(staff, big_run, steps="all", graph="all")
+    assert on_table(sqls, "everystep_workflow") == 1
+    assert on_table(sqls, "everystep_step") == 1
 
 
 # --- the step table ------------------------------------------------------------------
@@ -114,6 +120,14 @@ def test_step_table_shows_one_page_with_links(staff, big_run):
     assert 'href="?steps=2#steps" rel="next"' in html
     assert 'href="?steps=all#steps">Show all 2000 steps' in html
     assert 'rel="prev"' not in html
+
+
+def test_step_times_are_written_as_elsewhere_in_the_ui(staff, big_run):
+    """A step's start is a <time> element with its ISO value, shown to the second."""
+    first = Step.objects.get(workflow=big_run, step_id="1").started_at
+    html = get(staff, big_run)
+    shown = f'<time datetime="{first.isoformat()}">{first:%Y-%m-%d %H:%M:%S}</time>'
+    assert shown in html
 
 
 def test_last_page_and_out_of_range_page(staff, big_run):
