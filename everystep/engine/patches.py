@@ -14,10 +14,12 @@ record's id, ``<scope>patched <change-id>``, has a space no step name may contai
 can never meet a step's id. One decision per change id and scope: a second call with the
 same id in the same scope (a change touching two places) gets the first one's answer.
 
-``deprecate_patch("id")`` replaces the ``patched`` call once the old branch is removed:
-runs that took the new branch (or never got that far) replay; a run that needs the old
-branch fails with ``WorkflowCodeError`` — and ``everystep_check_replay`` reports such runs
-before the deploy, and how many runs still take each patch's old branch.
+``deprecate_patch("id")`` replaces the ``patched`` call once the old branch is removed. It
+decides and records like ``patched`` (so runs started under it replay), and runs that
+took the new branch (or never got that far) replay; a run that needs the old branch
+fails with ``WorkflowCodeError``. ``everystep_check_replay`` reports such runs before the
+deploy, and how many runs still take each patch's old branch. Once no unfinished run
+has a decision for the id, the ``deprecate_patch`` line itself can go.
 """
 
 from __future__ import annotations
@@ -59,34 +61,25 @@ def patched(change_id: str) -> bool:
 
 
 def deprecate_patch(change_id: str) -> None:
-    """Stands where ``patched(change_id)`` stood once its old branch is deleted: a run
-    that took (or, with no decision recorded, would take) the old branch fails with
-    ``WorkflowCodeError`` instead of replaying code it never ran."""
-    check_name(change_id, "patch change id")
+    """Stands where ``patched(change_id)`` stood once its old branch is deleted: decided
+    and recorded the same way, but a run that took (or would now take) the old branch
+    fails with ``WorkflowCodeError`` instead of replaying code it never ran."""
     frame = _frame()
-    if frame is None:
+    if patched(change_id) or frame is None:
         return
     run = frame.run
     step_id = _patch_id(frame, change_id)
-    recorded = run.recorded(step_id)
-    if recorded is not None:
-        decision = _recorded_decision(frame, step_id, recorded, change_id)
-    else:
-        decision = not run.history_beyond(frame.scope.prefix)
-    run.visit(step_id)
-    run.patches.setdefault(change_id, decision)
-    if not decision:
-        raise run.abort(
-            WorkflowCodeError(
-                f"run {run.run_id}: it took the old branch of patch {change_id!r} "
-                f"(at {step_id!r}), which the code no longer has "
-                f"(deprecate_patch({change_id!r})); deploy code with the patched() branch "
-                "again until no unfinished run needs it",
-                step_id=step_id,
-                recorded=f"patched({change_id!r}) = False",
-                called=f"deprecate_patch({change_id!r})",
-            )
+    raise run.abort(
+        WorkflowCodeError(
+            f"run {run.run_id}: it took the old branch of patch {change_id!r} "
+            f"(at {step_id!r}), which the code no longer has "
+            f"(deprecate_patch({change_id!r})); deploy code with the patched() branch "
+            "again until no unfinished run needs it",
+            step_id=step_id,
+            recorded=f"patched({change_id!r}) = False",
+            called=f"deprecate_patch({change_id!r})",
         )
+    )
 
 
 def _frame() -> Frame | None:
