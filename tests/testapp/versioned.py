@@ -9,11 +9,13 @@ rows (any process), so a test can show that a check runs none of them.
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 
 from django.utils import timezone
 
 from everystep import context, deprecate_patch, parallel, patched, step, wait_for, workflow
+from everystep.registry import replace
 from tests.testapp.models import Execution
 
 CALLS: Counter[str] = Counter()
@@ -49,6 +51,8 @@ def charge_with_tax(order_id: int) -> str:
 @step
 def ship(order_id: int) -> str:
     _ran("ship")
+    # A worker can be killed mid-step in the acceptance tests.
+    time.sleep(float(os.environ.get("EVERYSTEP_TEST_SLOW_SHIP", "0")))
     return f"shipped {order_id}"
 
 
@@ -216,3 +220,10 @@ def elsewhere(order_id: int) -> str:
         return book_elsewhere(order_id)
     except Exception:  # the refusal cannot be swallowed
         return "swallowed"
+
+
+# A worker process started with EVERYSTEP_TEST_DEPLOY=<version> runs that version of
+# ``order``: the acceptance tests deploy new code between two worker processes.
+VERSIONS = {"order_taxed": order_taxed, "order_patched": order_patched}
+if deploy := os.environ.get("EVERYSTEP_TEST_DEPLOY"):
+    replace("tests.versioned.order", VERSIONS[deploy])
