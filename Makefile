@@ -86,9 +86,11 @@ install-tools:
 # and in the README. --skip-download: checkov runs offline, with its bundled rules only.
 manifest-check: install-tools
 	$(VENV_TOOLS)/bin/kubernetes-validate --quiet --strict --kubernetes-version $(K8S_VERSION) \
-		config/kubernetes/*.yaml
+		config/kubernetes/*.yaml config/deploy/*.yaml
 	$(VENV_TOOLS)/bin/checkov --quiet --compact --skip-download --framework kubernetes \
 		-d config/kubernetes
+	$(VENV_TOOLS)/bin/checkov --quiet --compact --skip-download --framework kubernetes \
+		-f config/deploy/check-replay-job.yaml
 	$(VENV_TOOLS)/bin/checkov --quiet --compact --skip-download --framework dockerfile \
 		-f Dockerfile
 

@@ -7,9 +7,12 @@ worker processes running the old and the new code.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from everystep import schedule, send, step
+from everystep import schedule, send, step, store
+from everystep.engine.execute import run_pass
 from everystep.errors import EverystepError
 from everystep.models import Step, Workflow
 from everystep.testing import crash_at, deployed, run_due
@@ -175,16 +178,22 @@ def test_a_failing_atomic_step_keeps_none_of_its_writes_and_records_its_failure(
     assert Step.objects.get(workflow_id=run.id, step_id="2").status == "failed"
 
 
-def test_an_atomic_step_whose_claim_is_lost_does_not_run():
+def test_an_atomic_step_of_a_stale_claim_does_not_run():
     run = schedule(v.booking, 9)
+    (claim,) = store.claim_due("stale-worker", 1)
     with crash_at("after_record", v.reserve):
-        run_due()
-    # Another worker took the run over (requeue gives it a new claim token)...
+        assert run_pass(claim).status == "abandoned"
+    # The worker is presumed dead and the run taken back: a new claim token.
     Workflow.objects.filter(id=run.id).requeue()
     calls = v.CALLS["book"]
+    # The old worker wakes up and goes on with its pass: step 1 is served from the
+    # record, step 2 is the atomic one.
+    stale = run_pass(dataclasses.replace(claim, fresh=False))
+    assert stale.status == "abandoned"
+    assert v.CALLS["book"] == calls, "the atomic body did not run under a stale claim"
+    assert executed(run, "book") == 0
     run_due()
     assert fresh(run).status == "completed"
-    assert v.CALLS["book"] == calls + 1
     assert executed(run, "book") == 1
 
 

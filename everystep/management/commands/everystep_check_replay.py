@@ -48,10 +48,13 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         statuses = tuple(options["status"] or store.CHECKED_STATUSES)
-        workflow = checked_text(options["workflow"], "--workflow")
-        limit = options["limit"]
-        if limit is not None:
-            limit = checked_count(limit, "--limit", MAX_LIMIT)
+        try:
+            workflow = checked_text(options["workflow"], "--workflow")
+            limit = options["limit"]
+            if limit is not None:
+                limit = checked_count(limit, "--limit", MAX_LIMIT)
+        except CommandError as exc:  # exit status 1 means "runs would fail"
+            raise CommandError(str(exc), returncode=2) from None
         try:
             report = check_replay(statuses, workflow, limit)
         except store.UNREACHABLE as exc:
