@@ -103,6 +103,26 @@ def test_fragment_markers_only_precede_python_blocks():
     assert not stray
 
 
+def test_readme_links_into_the_docs_resolve():
+    """Every relative link of the README names a file that exists, and a heading of it
+    where it has an anchor (mkdocs checks the links inside docs/, not the README's)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    broken = []
+    for target in re.findall(r"\]\(([^)#:]+)(?:#([^)]+))?\)", readme):
+        path, anchor = ROOT / target[0], target[1]
+        if not path.is_file():
+            broken.append(target[0])
+        elif anchor and anchor not in _anchors(path):
+            broken.append(f"{target[0]}#{anchor}")
+    assert not broken
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors MkDocs gives the headings of ``page``."""
+    headings = re.findall(r"^#+ (.+)$", page.read_text(encoding="utf-8"), re.MULTILINE)
+    return {re.sub(r"\s+", "-", re.sub(r"[^\w\s-]", "", h).strip().lower()) for h in headings}
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("page", RUNNABLE, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_page_examples_run(page: Path):
