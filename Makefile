@@ -90,7 +90,8 @@ install-tools:
 
 # The Kubernetes example against the API schemas (strict: unknown fields fail), and it and
 # the Dockerfile against checkov's security rules; skipped rules carry their reason inline
-# and in the README. --skip-download: checkov runs offline, with its bundled rules only.
+# and in docs/running/hardened.md. --skip-download: checkov runs offline, with its bundled
+# rules only. config/deploy/ holds the replay check's Kubernetes Job.
 manifest-check: install-tools
 	$(VENV_TOOLS)/bin/kubernetes-validate --quiet --strict --kubernetes-version $(K8S_VERSION) \
 		config/kubernetes/*.yaml config/deploy/*.yaml
