@@ -7,7 +7,10 @@ worker processes running the old and the new code.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -28,6 +31,22 @@ def fresh(run: Workflow) -> Workflow:
 
 def executed(run: Workflow, label: str) -> int:
     return Execution.objects.filter(run_id=run.id, step=label).count()
+
+
+@contextlib.contextmanager
+def old_and_new(
+    workflow: Callable[..., Any], new_body: Callable[..., Any]
+) -> Iterator[tuple[Workflow, Workflow]]:
+    """A run started under the code registered now (parked at its wait), then, with
+    ``new_body`` deployed for the block, a run started under it; both are sent "go"."""
+    old = schedule(workflow, 1)
+    run_due()
+    with deployed(workflow, new_body):
+        new = schedule(workflow, 2)
+        run_due()
+        send(old.id, "go")
+        send(new.id, "go")
+        yield old, new
 
 
 def steps_of(run: Workflow) -> dict[str, tuple[str, object]]:
@@ -87,13 +106,7 @@ def test_a_run_stopped_before_the_patch_point_takes_the_new_branch():
 
 @pytest.mark.parametrize("point", ["after_record", "before_finish", "after_body"])
 def test_both_branches_survive_a_crash_and_replay(point):
-    old = schedule(v.order, 1)
-    run_due()
-    with deployed(v.order, v.order_patched):
-        new = schedule(v.order, 2)
-        run_due()
-        send(old.id, "go")
-        send(new.id, "go")
+    with old_and_new(v.order, v.order_patched) as (old, new):
         target = None if point == "before_finish" else v.ship
         with crash_at(point, target, times=2) as crash:
             run_due()
@@ -109,13 +122,7 @@ def test_both_branches_survive_a_crash_and_replay(point):
 
 
 def test_a_patch_in_a_fork_branch_is_decided_in_that_branch():
-    old = schedule(v.fanout, 1)
-    run_due()
-    with deployed(v.fanout, v.fanout_patched):
-        new = schedule(v.fanout, 2)
-        run_due()
-        send(old.id, "go")
-        send(new.id, "go")
+    with old_and_new(v.fanout, v.fanout_patched) as (old, new):
         run_due()
     assert fresh(old).result == ["reserved 1", "charged 1", "shipped 1"]
     assert fresh(new).result == ["reserved 2", "charged 2 with tax", "shipped 2"]
