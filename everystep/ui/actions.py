@@ -27,6 +27,8 @@ from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
 logger = logging.getLogger("everystep.ui")
 
 BACK_MAX_LENGTH = 500
+# Runner names are stored in 255 characters (``Runner.name``, ``Workflow.claimed_by``).
+RUNNER_NAME_MAX_LENGTH = 255
 
 PERMISSIONS = {
     "cancel": "everystep.cancel_workflow",
@@ -176,6 +178,8 @@ def runner_requeue(request: HttpRequest) -> HttpResponse:
 def _refuse_live(name: str) -> None:
     if not name:
         raise EverystepError("no runner named")
+    if len(name) > RUNNER_NAME_MAX_LENGTH:
+        raise EverystepError(f"no runner has a name longer than {RUNNER_NAME_MAX_LENGTH}")
     runner = store.get_runner(name)
     # A runner still beating would carry on with runs handed to other workers meanwhile:
     # the same rule as the command's (which has --force; the UI has none).

@@ -25,6 +25,7 @@ from django.shortcuts import redirect, render, resolve_url
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_safe
 
 from everystep import conf, serde, store
@@ -54,7 +55,8 @@ def _login_url() -> str:
 
 
 def ui_view(view: View) -> View:
-    """Staff only unless ``EVERYSTEP_UI_PUBLIC is True``; GET/HEAD only; never cached."""
+    """Staff only unless ``EVERYSTEP_UI_PUBLIC is True``; GET/HEAD only; never cached;
+    sets the CSRF cookie."""
 
     @functools.wraps(view)
     def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
@@ -63,7 +65,9 @@ def ui_view(view: View) -> View:
         checked = staff_member_required(view, login_url=_login_url())
         return checked(request, *args, **kwargs)
 
-    return never_cache(require_safe(guarded))
+    # ensure_csrf_cookie: the action forms' tokens need the cookie, which nothing else
+    # sets in a project that left CsrfViewMiddleware out (the actions still check it).
+    return never_cache(require_safe(ensure_csrf_cookie(guarded)))
 
 
 def _refresh(request: HttpRequest) -> int | None:
