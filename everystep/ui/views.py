@@ -133,6 +133,8 @@ def runs(request: HttpRequest) -> HttpResponse:
         "rows": rows,
         "page": page,
         "limit": RUNS_LIMIT,
+        # Links start from the page's path: an empty query string would keep the cursor.
+        "runs_url": reverse("everystep:runs"),
     }
     return render(request, "everystep/runs.html", context)
 

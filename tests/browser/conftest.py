@@ -44,6 +44,7 @@ CHROMIUM_ARGS = [
 ]
 RUNNER = Path(sys.executable).with_name("everystep-runner")
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 AXE = HERE / "node_modules" / "axe-core" / "axe.min.js"
 STARTUP_TIMEOUT = 90.0  # migrate + gunicorn on a busy 2-core machine
 SHUTDOWN_TIMEOUT = 60.0  # the demo drains its worker (nothing in flight by then)
@@ -64,6 +65,10 @@ def _demo_env(data_dir: Path) -> dict[str, str]:
         if not key.startswith("EVERYSTEP_") and key != "DJANGO_SETTINGS_MODULE"
     }
     env["EVERYSTEP_DEMO_DATA"] = str(data_dir)
+    # The code under test is this checkout's, even where the venv's editable install
+    # points at another one (a second work tree sharing the venv).
+    checkout = [str(ROOT), str(ROOT / "image")]
+    env["PYTHONPATH"] = os.pathsep.join(checkout + [p for p in [env.get("PYTHONPATH")] if p])
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

@@ -345,3 +345,15 @@ def test_keyboard_reaches_the_search_box_with_a_visible_focus(ui: BrowserPage) -
     expect()(box).to_be_focused()
     assert box.evaluate("el => getComputedStyle(el).outlineStyle") == "solid"
     assert box.evaluate("el => parseFloat(getComputedStyle(el).outlineWidth)") >= 2
+
+
+def test_the_axe_check_sees_violations(ui: BrowserPage, axe_source: str) -> None:
+    """The check above can fail: an unlabelled field and faint text are found."""
+    ui.page.set_content(
+        '<!doctype html><html lang="en"><head><title>t</title></head><body><main>'
+        '<h1>t</h1><input type="text" name="q"><p style="color:#bbb">failed</p>'
+        "</main></body></html>"
+    )
+    found = axe_violations(ui.page, axe_source)
+    assert any(line.startswith("label ") for line in found), found
+    assert any(line.startswith("color-contrast ") for line in found), found

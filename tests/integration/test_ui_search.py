@@ -65,8 +65,9 @@ def link(html: str, rel: str) -> str | None:
     return htmllib.unescape(found.group(1)) if found else None
 
 
-def page(client: Client, query: str = "", **params: str) -> str:
-    response = client.get(RUNS + query, params)
+def page(client: Client, url: str = "", **params: str) -> str:
+    """The runs page at ``url`` (a link's href, or a query string), or with ``params``."""
+    response = client.get(url if url.startswith("/") else RUNS + url, params)
     assert response.status_code == 200, (response.status_code, response.get("Location"))
     return response.content.decode()
 
@@ -553,3 +554,14 @@ def test_requeue_runner_is_post_only(client, dead):
     assert client.get(REQUEUE, {"runner": "dead"}).status_code == 405
     assert client.put(REQUEUE).status_code == 405
     assert statuses(*dead["held"]) == ["running", "running"]
+
+
+def test_links_back_to_the_newest_page_drop_the_cursor(staff):
+    """From a later page, "Newest" and the "all" count link lead to the first page even
+    with no filter in use (an empty query string would keep the cursor)."""
+    Workflow.objects.bulk_create(Workflow(name="wf.bulk", args=[]) for _ in range(201))
+    second = page(staff, link(page(staff), "next"))
+    newest = re.search(r'<a href="([^"]*)">Newest</a>', second)
+    everything = re.search(r'<a href="([^"]*)"[^>]*>all</a>', second)
+    assert newest is not None and everything is not None
+    assert newest.group(1) == everything.group(1) == RUNS
