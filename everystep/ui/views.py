@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import string
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -30,7 +31,7 @@ from django.views.decorators.http import require_safe
 
 from everystep import conf, serde, store
 from everystep.models import Status, Workflow
-from everystep.store.reports import ID_PREFIX_MIN, id_digits, run_wait
+from everystep.store.reports import ID_PREFIX_MIN, run_wait
 from everystep.ui import actions, filters
 from everystep.ui.filters import clipped as _clipped
 from everystep.ui.graph import build_graph
@@ -160,10 +161,11 @@ def _page(found: list[Workflow], asked: filters.RunsQuery) -> _Page:
     else:
         runs = found[:RUNS_LIMIT]
         has_older, has_newer = more, asked.older_than is not None
+    # An empty page (everything past the cursor was pruned) links to the newest only.
     return _Page(
         runs=runs,
-        older=runs[-1].id if runs and has_older else asked.newer_than if has_older else None,
-        newer=runs[0].id if runs and has_newer else asked.older_than if has_newer else None,
+        older=runs[-1].id if runs and has_older else None,
+        newer=runs[0].id if runs and has_newer else None,
         paged=asked.paging,
     )
 
@@ -175,8 +177,9 @@ def _count_label(count: int) -> str:
 
 
 def _no_match(search: str) -> str:
+    digits = search.replace("-", "").lower()
     hint = ""
-    if id_digits(search) is None and len(search.replace("-", "")) < ID_PREFIX_MIN:
+    if len(digits) < ID_PREFIX_MIN and set(digits) <= set(string.hexdigits.lower()):
         hint = f" (an id prefix needs at least {ID_PREFIX_MIN} hex digits)"
     return (
         f"No run matches {_clipped(search)!r}: no run id starts with it and no "

@@ -154,6 +154,7 @@ def test_no_hit_lists_nothing_with_a_message(staff):
         assert listed_ids(html) == [], text
         assert any(n.startswith("No run matches") for n in notices(html)), text
     assert "at least 8 hex digits" in " ".join(notices(page(staff, q="0190a8")))
+    assert "hex digits" not in " ".join(notices(page(staff, q="order")))
 
 
 @pytest.mark.parametrize(
@@ -283,6 +284,16 @@ def test_bad_paging_positions_are_ignored_with_a_notice(staff):
         html = page(staff, f"?older={raw}")
         assert listed_ids(html) == [str(run.id)]
         assert any("paging position" in n for n in notices(html))
+
+
+def test_a_page_past_the_oldest_run_links_to_the_newest(staff):
+    """A cursor below every run (the rest was pruned) shows no runs, no older or newer
+    link, and a link to the newest page."""
+    run = make_run()
+    html = page(staff, older=str(uuid.UUID(int=run.id.int - 1)))
+    assert listed_ids(html) == []
+    assert link(html, "next") is None and link(html, "prev") is None
+    assert f'<a href="{RUNS}">Newest</a>' in html
 
 
 # --- the time window -------------------------------------------------------------------
