@@ -58,8 +58,10 @@ integration: install-dev
 		EVERYSTEP_TEST_DB=$$db $(BIN)/pytest tests/integration tests/acceptance || exit 1; \
 	done
 
-# The UI in a real browser: Debian's chromium (/usr/bin/chromium) driven by Playwright.
+# The UI in a real browser: Debian's chromium (/usr/bin/chromium) driven by Playwright;
+# axe-core (the accessibility rules the tests inject) from tests/browser's lockfile.
 browser: install-dev
+	cd tests/browser && npm ci --no-audit --no-fund
 	$(BIN)/pytest tests/browser
 
 compat:

@@ -175,6 +175,8 @@ class Workflow(models.Model):
             # Catchup and orphan recovery: runs held by one runner.
             models.Index(fields=["claimed_by", "status"], name="everystep_wf_claimed"),
             models.Index(fields=["name", "id"], name="everystep_wf_name_id"),
+            # UI search by idempotency key alone (the unique constraint leads with name).
+            models.Index(fields=["idempotency_key"], name="everystep_wf_key"),
         ]
         # The UI's write actions; the admin stays read-only whatever the user's rights.
         permissions = [
