@@ -65,7 +65,7 @@ RUN set -eu; \
     chmod -R g=u /home/everystep /etc/everystep
 # Nothing at run time writes outside /tmp (the demo's database, temporary files; gunicorn's
 # heartbeat files go to /dev/shm), so the image runs with a read-only root filesystem and
-# no capabilities: README, "Running hardened".
+# no capabilities: docs/running/hardened.md.
 ENV PATH=/opt/everystep/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \

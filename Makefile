@@ -20,7 +20,7 @@ VENV_TOOLS ?= .venv-tools
 TOOLS := checkov==3.3.30 kubernetes-validate==1.37.0
 K8S_VERSION ?= 1.37.0
 
-.PHONY: demo test lint unit integration compat browser image image-test compose-check \
+.PHONY: demo test lint docs unit integration compat browser image image-test compose-check \
 	install install-dev clean manifest-check install-tools
 
 $(BIN)/python:
@@ -31,7 +31,7 @@ install: $(BIN)/python
 	$(BIN)/pip install --quiet -e . -e ./image
 
 install-dev: $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[postgres,mysql,metrics,sentry,otel,dev]' -e ./image
+	$(BIN)/pip install --quiet -e '.[postgres,mysql,metrics,sentry,otel,dev,docs]' -e ./image
 
 demo: install
 	$(BIN)/everystep-runner --ui-bind 127.0.0.1:8000 demo
@@ -40,6 +40,13 @@ lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy everystep image/everystep_runner
+
+# The documentation site (mkdocs.yml): strict, so a broken link or anchor, or a page left
+# out of the nav, fails. The site goes to build/docs (ignored by git). Its Python examples
+# are run by tests/integration/test_docs_examples.py. No --quiet: it hides warnings from
+# --strict, which then passes.
+docs: install-dev
+	$(BIN)/mkdocs build --strict --clean
 
 unit: install-dev
 	$(BIN)/pytest tests/unit
@@ -51,8 +58,10 @@ integration: install-dev
 		EVERYSTEP_TEST_DB=$$db $(BIN)/pytest tests/integration tests/acceptance || exit 1; \
 	done
 
-# The UI in a real browser: Debian's chromium (/usr/bin/chromium) driven by Playwright.
+# The UI in a real browser: Debian's chromium (/usr/bin/chromium) driven by Playwright;
+# axe-core (the accessibility rules the tests inject) from tests/browser's lockfile.
 browser: install-dev
+	cd tests/browser && npm ci --no-audit --no-fund
 	$(BIN)/pytest tests/browser
 
 compat:
@@ -83,16 +92,19 @@ install-tools:
 
 # The Kubernetes example against the API schemas (strict: unknown fields fail), and it and
 # the Dockerfile against checkov's security rules; skipped rules carry their reason inline
-# and in the README. --skip-download: checkov runs offline, with its bundled rules only.
+# and in docs/running/hardened.md. --skip-download: checkov runs offline, with its bundled
+# rules only. config/deploy/ holds the replay check's Kubernetes Job.
 manifest-check: install-tools
 	$(VENV_TOOLS)/bin/kubernetes-validate --quiet --strict --kubernetes-version $(K8S_VERSION) \
-		config/kubernetes/*.yaml
+		config/kubernetes/*.yaml config/deploy/*.yaml
 	$(VENV_TOOLS)/bin/checkov --quiet --compact --skip-download --framework kubernetes \
 		-d config/kubernetes
+	$(VENV_TOOLS)/bin/checkov --quiet --compact --skip-download --framework kubernetes \
+		-f config/deploy/check-replay-job.yaml
 	$(VENV_TOOLS)/bin/checkov --quiet --compact --skip-download --framework dockerfile \
 		-f Dockerfile
 
-test: lint manifest-check unit integration browser compat compose-check image-test
+test: lint docs manifest-check unit integration browser compat compose-check image-test
 
 clean:
 	rm -rf $(VENV) $(VENV_NEXT) $(VENV_TOOLS) .pytest_cache .mypy_cache .ruff_cache *.egg-info

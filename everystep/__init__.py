@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "Terminal",
+    "deprecate_patch",
     "parallel",
+    "patched",
     "schedule",
     "send",
     "sleep",
@@ -18,11 +20,24 @@ __all__ = [
     "wait_for",
     "workflow",
 ]
-_API = {"parallel", "schedule", "send", "sleep", "sleep_until", "step", "wait_for", "workflow"}
+_API = {
+    "deprecate_patch",
+    "parallel",
+    "patched",
+    "schedule",
+    "send",
+    "sleep",
+    "sleep_until",
+    "step",
+    "wait_for",
+    "workflow",
+}
 
 if TYPE_CHECKING:
     from everystep.api import (
+        deprecate_patch,
         parallel,
+        patched,
         schedule,
         send,
         sleep,

@@ -1,5 +1,6 @@
 """The public API: ``@workflow``, ``@step``, ``parallel``, ``schedule``, the durable waits
-(``sleep``, ``sleep_until``, ``wait_for``) and ``send``.
+(``sleep``, ``sleep_until``, ``wait_for``), ``send``, and versioning (``patched``,
+``deprecate_patch``).
 
 Nothing here touches the database at import time, so workflow modules can be imported
 before Django is fully set up.
@@ -69,16 +70,34 @@ def _stored_name(name: str, kind: str) -> str:
 @overload
 def step(fn: Callable[..., R], /) -> Callable[..., R]: ...
 @overload
-def step(*, unsafe_to_repeat: bool = False) -> Callable[[Callable[..., R]], Callable[..., R]]: ...
+def step(
+    *, unsafe_to_repeat: bool = False, atomic: bool = False
+) -> Callable[[Callable[..., R]], Callable[..., R]]: ...
 
 
-def step(fn: Any = None, /, *, unsafe_to_repeat: bool = False) -> Any:
+def step(fn: Any = None, /, *, unsafe_to_repeat: bool = False, atomic: bool = False) -> Any:
     """Make a function a step: inside a running workflow its outcome is recorded and
     served on replay; elsewhere it is a plain call. Every call accepts
-    ``everystep_id="name"`` to give the step a stable id."""
+    ``everystep_id="name"`` to give the step a stable id.
+
+    ``unsafe_to_repeat=True``: a crash between the body and its record blocks the run for
+    a human instead of running the body again. ``atomic=True``: the body runs inside the
+    transaction that records its outcome, so its writes to the project's database commit
+    with the record or not at all (exactly once); only for bodies whose effects are all
+    in that database.
+    """
+    if unsafe_to_repeat and atomic:
+        raise EverystepError(
+            "@step(atomic=True) cannot be combined with unsafe_to_repeat=True: an atomic "
+            "step's writes commit with its record, so its outcome is never uncertain; an "
+            "effect outside the database (the reason for unsafe_to_repeat) is not covered "
+            "by the transaction"
+        )
 
     def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
-        defn = StepDef(_stored_name(serde.qualified_name(func), "step"), func, unsafe_to_repeat)
+        defn = StepDef(
+            _stored_name(serde.qualified_name(func), "step"), func, unsafe_to_repeat, atomic
+        )
 
         @functools.wraps(func)
         def call(*args: Any, everystep_id: str | None = None, **kwargs: Any) -> Any:
@@ -175,3 +194,22 @@ def send(run_id: UUID | str, name: str, payload: Any = None) -> bool:
     from everystep import store
 
     return store.send_event(run_id, name, payload)
+
+
+def patched(change_id: str) -> bool:
+    """Inside a workflow body: True unless this run's recorded history shows it got past
+    this point under the code before ``change_id`` (then False, so it keeps replaying the
+    old branch). Recorded, so a run takes the same branch on every replay. Write a
+    change to a body's steps as ``if patched("id"): <new> else: <old>``."""
+    from everystep.engine import patches
+
+    return patches.patched(change_id)
+
+
+def deprecate_patch(change_id: str) -> None:
+    """Replaces ``patched(change_id)`` once the old branch is deleted: a run that took the
+    old branch fails with ``WorkflowCodeError`` instead of replaying code it never ran.
+    ``everystep_check_replay`` tells when no unfinished run takes it any more."""
+    from everystep.engine import patches
+
+    patches.deprecate_patch(change_id)

@@ -18,7 +18,24 @@ class EverystepError(Exception):
 
 class WorkflowCodeError(EverystepError):
     """Replay found a different step function at a recorded step id: the code changed
-    incompatibly since the run recorded it."""
+    incompatibly since the run recorded it.
+
+    ``step_id``, ``recorded`` and ``called`` say where and what, for the replay check's
+    report; they are not stored (a replayed error is rebuilt from its message).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        step_id: str | None = None,
+        recorded: str | None = None,
+        called: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.step_id = step_id
+        self.recorded = recorded
+        self.called = called
 
 
 class StepFailure(EverystepError):
@@ -94,6 +111,16 @@ class Suspended(RunInterrupted):
         self.events = events
 
 
+class ReachedNewWork(RunInterrupted):
+    """Internal: a replay check (``everystep_check_replay``) reached a step, a wait or a
+    patch decision with no record. Everything before it replayed against the installed
+    code; what follows would be new work, which a check never does."""
+
+    def __init__(self, step_id: str) -> None:
+        super().__init__(f"replay reached step {step_id}, which has no record")
+        self.step_id = step_id
+
+
 class DrainRequested(RunInterrupted):
     """Internal: the worker is shutting down; requeue the run at this step boundary."""
 
@@ -132,6 +159,7 @@ __all__ = [
     "DrainRequested",
     "EffectUncertain",
     "EverystepError",
+    "ReachedNewWork",
     "RunGone",
     "RunInterrupted",
     "SimulatedCrash",

@@ -180,6 +180,8 @@ class Workflow(models.Model):
             # without it a busy workflow's counts walk its whole history (seconds on
             # MariaDB at a million runs, bench/ui_scale.py).
             models.Index(fields=["name", "status", "id"], name="everystep_wf_name_status_id"),
+            # UI search by idempotency key alone (the unique constraint leads with name).
+            models.Index(fields=["idempotency_key"], name="everystep_wf_key"),
         ]
         # The UI's write actions; the admin stays read-only whatever the user's rights.
         permissions = [

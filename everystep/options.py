@@ -3,8 +3,8 @@
 Every edge derives from ``OPTIONS`` or is tested against it: ``Worker`` resolves and
 validates its arguments with ``resolve``; ``manage.py everystep_worker`` builds its flags
 from it; the system checks validate the Django settings with it; the runner image takes
-each setting's type, limits and help from it; a test holds the README's table to
-``readme_table()``.
+each setting's type, limits and help from it; a test holds the table in
+docs/reference/worker-options.md to ``readme_table()``.
 
 Where a value comes from, highest precedence first:
 
@@ -280,7 +280,7 @@ def resolve(given: Mapping[str, Any], setting: Callable[[str], Any]) -> dict[str
 
 
 def readme_table() -> str:
-    """The README's table of worker flags, rendered from ``OPTIONS``."""
+    """The table of worker flags (docs/reference/worker-options.md), from ``OPTIONS``."""
     lines = ["| flag | default | Django setting | meaning |", "|---|---|---|---|"]
     for option in OPTIONS:
         flag = f"`{option.flag}` / `--no-notify`" if option.kind is bool else f"`{option.flag}`"

@@ -26,6 +26,8 @@ class StepDef:
     name: str
     fn: Callable[..., Any]
     unsafe_to_repeat: bool = False
+    # Its body runs in the transaction that records its outcome (see ``@step``).
+    atomic: bool = False
 
 
 _lock = threading.Lock()
@@ -44,6 +46,25 @@ def register(defn: WorkflowDef) -> None:
                 f"{qualified_name(existing.fn)}; cannot also register {qualified_name(defn.fn)}"
             )
         _workflows[defn.name] = defn
+
+
+def replace(name: str, fn: Callable[..., Any]) -> WorkflowDef | None:
+    """Make ``fn`` the body of the workflow ``name``, whatever was registered (a new
+    version of the code, in a test: ``everystep.testing.deployed``); the previous
+    definition, to put back."""
+    with _lock:
+        previous = _workflows.get(name)
+        _workflows[name] = WorkflowDef(name, fn)
+        return previous
+
+
+def restore(name: str, previous: WorkflowDef | None) -> None:
+    """Undo ``replace``."""
+    with _lock:
+        if previous is None:
+            _workflows.pop(name, None)
+        else:
+            _workflows[name] = previous
 
 
 def lookup(name: str) -> WorkflowDef | None:

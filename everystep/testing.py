@@ -32,6 +32,16 @@ manager gives a ``Crash`` whose ``fired`` lists where it "killed" the process::
         run_due()
     assert crash.fired == ["fan.1.2"]
 
+``deployed(workflow, new_body)`` swaps a workflow's code for a new version while the
+runs of the old one are still in flight, so a test shows what a deploy would do to
+them — with ``patched()`` the old runs keep their branch::
+
+    run = schedule(order, 7)
+    run_due()                       # under the old code: parked at a wait_for()
+    with deployed(order, order_v2):
+        send(run.id, "paid")
+        run_due()                   # the old run replays order_v2's body
+
 Workflows that use ``parallel()`` run their branches in threads, which cannot see the
 rows of a test wrapped in a transaction: there the branches run inline instead. Use
 ``TransactionTestCase`` / ``pytest.mark.django_db(transaction=True)`` to exercise real
@@ -46,7 +56,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from everystep import store
+from everystep import registry, store
 from everystep.engine import steps
 from everystep.engine.execute import run_pass
 from everystep.models import Workflow
@@ -146,3 +156,18 @@ def crash_after(target: Callable[..., Any] | str, *, times: int = 1) -> Iterator
         raise TypeError(f"crash_after() needs a @step function or a step id, got {target!r}")
     with crash_at("after_body", target, times=times) as crash:
         yield crash
+
+
+@contextlib.contextmanager
+def deployed(workflow_fn: Callable[..., Any], new_body: Callable[..., Any]) -> Iterator[None]:
+    """Within the block, the runs of ``workflow_fn`` (a ``@workflow``) replay ``new_body``
+    instead, as after a deploy of new code under the same workflow name; ``new_body``
+    is a plain function with the same parameters (not itself a ``@workflow``)."""
+    defn = registry.workflow_def(workflow_fn)
+    if defn is None:
+        raise TypeError(f"deployed() needs a @workflow function, got {workflow_fn!r}")
+    previous = registry.replace(defn.name, new_body)
+    try:
+        yield
+    finally:
+        registry.restore(defn.name, previous)

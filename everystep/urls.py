@@ -13,4 +13,5 @@ urlpatterns = [
     path("runs/<uuid:run_id>/", views.run, name="run"),
     path("runs/<uuid:run_id>/action/", actions.run_action, name="run-action"),
     path("runners/", views.runners, name="runners"),
+    path("runners/requeue/", actions.runner_requeue, name="runner-requeue"),
 ]

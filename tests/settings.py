@@ -69,6 +69,8 @@ if os.environ.get("EVERYSTEP_TEST_SUBPROCESS") and BACKEND != "sqlite":
 
 # Keep worker connections between runs, as a production worker should.
 DATABASES["default"].update(CONN_MAX_AGE=300, CONN_HEALTH_CHECKS=True)
+# A second database, which an atomic step must not touch (tests that use it ask for it).
+DATABASES["aside"] = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
 
 SECRET_KEY = "everystep-tests-only"
 DEBUG = False

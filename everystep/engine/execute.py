@@ -118,20 +118,10 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
         replayed_steps=len(state.records),
     )
     began = time.monotonic()
-    outcome: BaseException | None = None
-    value: Any = None
-    token = current_frame.set(Frame(state, Scope()))
-    try:
-        with tracing.span(
-            "everystep.workflow", run_id=claim.run_id, workflow=name, runner=claim.runner
-        ):
-            value = defn.fn(*serde.decode(claim.args))
-    except (Exception, RunInterrupted) as exc:
-        outcome = exc
-    finally:
-        current_frame.reset(token)
-    # A control-flow outcome raised inside the body wins even if the body caught it.
-    outcome = state.aborted or outcome
+    with tracing.span(
+        "everystep.workflow", run_id=claim.run_id, workflow=name, runner=claim.runner
+    ):
+        value, outcome = replay(state, defn, claim.args)
     if not isinstance(outcome, RunInterrupted):
         # everystep.testing's "before_finish": died after the last record, before the outcome.
         outcome = steps.simulated_crash("before_finish", "", name) or outcome
@@ -143,6 +133,23 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
         else:
             return _finish(claim, name, began, Status.COMPLETED, result=result)
     return _settle(claim, name, began, outcome)
+
+
+def replay(
+    state: RunState, defn: registry.WorkflowDef, args: Any
+) -> tuple[Any, BaseException | None]:
+    """Run the body once over ``state``: its value, or what it raised (None, the outcome).
+    A control-flow outcome raised inside the body wins even if the body caught it."""
+    outcome: BaseException | None = None
+    value: Any = None
+    token = current_frame.set(Frame(state, Scope()))
+    try:
+        value = defn.fn(*serde.decode(args))
+    except (Exception, RunInterrupted) as exc:
+        outcome = exc
+    finally:
+        current_frame.reset(token)
+    return value, state.aborted or outcome
 
 
 def _settle(claim: Claim, workflow: str, began: float, exc: BaseException) -> PassResult:

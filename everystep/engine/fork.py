@@ -73,7 +73,7 @@ def parallel(*branches: Branch, everystep_id: str | None = None) -> tuple[Any, .
         frames: list[Frame | None] = [None] * len(plan)
         threads_allowed = True
     else:
-        fork_id = frame.scope.next_id(everystep_id)
+        fork_id = frame.next_id(everystep_id)
         frames = [Frame(frame.run, Scope(f"{fork_id}.{i}.")) for i in range(len(plan))]
         threads_allowed = frame.run.threads_allowed
     results: list[Any] = [None] * len(plan)

@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from everystep.errors import EverystepError
+from everystep.errors import EverystepError, ReachedNewWork
 from everystep.serde import storable_text
 from everystep.values import Claim, RecordedStep
 
@@ -42,29 +42,32 @@ class Scope:
                 )
             self._names.add(name)
             local = name
-        step_id = self.prefix + local
-        if len(step_id) > MAX_STEP_ID_LENGTH:
-            raise EverystepError(
-                f"step id {step_id[:40]!r}… is {len(step_id)} characters; "
-                f"the limit is {MAX_STEP_ID_LENGTH}"
-            )
-        return step_id
+        return check_length(self.prefix + local)
 
 
-def check_name(name: object) -> None:
-    """Refuse names that would make step ids ambiguous or unstable."""
+def check_name(name: object, what: str = "everystep_id") -> None:
+    """Refuse names that would make step ids ambiguous or unstable (``what``: which name,
+    for the message: a step's ``everystep_id`` or a patch's change id)."""
     if not isinstance(name, str) or not name:
-        raise EverystepError(f"everystep_id must be a non-empty string, got {name!r}")
+        raise EverystepError(f"{what} must be a non-empty string, got {name!r}")
     # A step id is stored and matched as it is: refused where some database cannot.
-    storable_text(name, f"everystep_id {name!r}")
+    storable_text(name, f"{what} {name!r}")
     if "." in name:
-        raise EverystepError(f"everystep_id {name!r} must not contain a dot")
+        raise EverystepError(f"{what} {name!r} must not contain a dot")
     if any(ch.isspace() for ch in name):
-        raise EverystepError(f"everystep_id {name!r} must not contain whitespace")
+        raise EverystepError(f"{what} {name!r} must not contain whitespace")
     if name.isdigit():
+        raise EverystepError(f"{what} {name!r} must not be all digits (those are positional ids)")
+
+
+def check_length(step_id: str) -> str:
+    """``step_id`` if the ``Step`` table can hold it."""
+    if len(step_id) > MAX_STEP_ID_LENGTH:
         raise EverystepError(
-            f"everystep_id {name!r} must not be all digits (those are positional ids)"
+            f"step id {step_id[:40]!r}… is {len(step_id)} characters; "
+            f"the limit is {MAX_STEP_ID_LENGTH}"
         )
+    return step_id
 
 
 @dataclass
@@ -76,7 +79,15 @@ class RunState:
     records: dict[str, RecordedStep]
     should_drain: Callable[[], bool] = lambda: False
     threads_allowed: bool = True
+    # A replay check (``everystep.engine.check``): serve records, write nothing, stop with
+    # ``ReachedNewWork`` where a record would be written.
+    checking: bool = False
     aborted: BaseException | None = None
+    # The ids this pass has reached so far (served, executed or decided): the records
+    # outside this set are history the pass has not replayed yet (see ``patched``).
+    visited: set[str] = field(default_factory=set)
+    # Patch decisions taken on this pass: change id → True (new code) / False (old code).
+    patches: dict[str, bool] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -90,6 +101,25 @@ class RunState:
     def remember(self, record: RecordedStep) -> None:
         with self.lock:
             self.records[record.step_id] = record
+
+    def visit(self, step_id: str) -> None:
+        with self.lock:
+            self.visited.add(step_id)
+
+    def history_beyond(self, prefix: str) -> bool:
+        """Whether the run recorded anything in the scope ``prefix`` (its forks' branches
+        included) that this pass has not reached: the run went past this point before."""
+        with self.lock:
+            return any(
+                step_id.startswith(prefix) and step_id not in self.visited
+                for step_id in self.records
+            )
+
+    def writing(self, step_id: str) -> None:
+        """Called before anything is recorded for ``step_id``: a replay check stops
+        there, since what follows would be new work."""
+        if self.checking:
+            raise ReachedNewWork(step_id)
 
     def snapshot(self) -> dict[str, RecordedStep]:
         with self.lock:
@@ -112,6 +142,13 @@ class Frame:
     @property
     def in_step(self) -> bool:
         return self.step_id is not None
+
+    def next_id(self, name: str | None) -> str:
+        """The id of the next step call (or wait, or fork) in this frame's scope, marked
+        as reached by this pass."""
+        step_id = self.scope.next_id(name)
+        self.run.visit(step_id)
+        return step_id
 
 
 current_frame: ContextVar[Frame | None] = ContextVar("everystep_frame", default=None)

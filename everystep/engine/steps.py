@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any
 
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
 from everystep import serde, signals, store, tracing
@@ -74,7 +76,7 @@ def call_step(
     run = frame.run
     if run.aborted is not None:
         raise run.aborted
-    step_id = frame.scope.next_id(everystep_id)
+    step_id = frame.next_id(everystep_id)
     recorded = run.recorded(step_id)
     decision = replay.decide(recorded, defn.name)
     if decision is replay.Decision.EXECUTE:
@@ -89,12 +91,7 @@ def call_step(
             raise run.abort(exc)
         raise exc
     if decision is replay.Decision.CODE_CHANGED:
-        raise run.abort(
-            WorkflowCodeError(
-                f"run {run.run_id}: step {step_id} was recorded as {recorded.name} but the "
-                f"workflow now calls {defn.name} there; the code changed incompatibly"
-            )
-        )
+        raise run.abort(code_changed(run, step_id, recorded.name, defn.name))
     raise run.abort(
         EffectUncertain(
             f"run {run.run_id}: unsafe step {step_id} ({defn.name}) started but its outcome was "
@@ -108,6 +105,7 @@ def _execute(
     frame: Frame, defn: StepDef, step_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     run = frame.run
+    run.writing(step_id)
     # The drain boundary: a step that is not recorded yet is not started while draining.
     if run.should_drain():
         raise DrainRequested(f"drain requested before step {step_id}")
@@ -126,38 +124,103 @@ def _execute(
         store.record_step(run.claim, status="started", **record)
     if _crash_points:
         _maybe_crash(step_id, defn.name, "before_body")
+    # An atomic step's body and its record share one transaction, fenced by the claim:
+    # its database writes commit with the record or not at all. The transaction is left
+    # before the step's exception is raised, so a recorded failure commits too.
+    with store.fenced_transaction(run.claim) if defn.atomic else nullcontext():
+        raised, value = _run_and_record(frame, defn, record, args, kwargs)
+    if raised is not None:
+        raise raised
+    return value
+
+
+def _run_and_record(
+    frame: Frame,
+    defn: StepDef,
+    record: dict[str, Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> tuple[BaseException | None, Any]:
+    """Run the body and record its outcome: (None, the value the body returns) or (the
+    exception the body raises, None). Control flow (a drain, a lost claim, a simulated
+    crash) is raised through, so an atomic step's transaction rolls back."""
+    run = frame.run
+    step_id = record["step_id"]
     began = time.monotonic()
     token = current_frame.set(Frame(run, frame.scope, step_id))
     try:
-        with tracing.span("everystep.step", run_id=run.run_id, step_id=step_id, step=defn.name):
+        with (
+            tracing.span("everystep.step", run_id=run.run_id, step_id=step_id, step=defn.name),
+            atomic_body(run, step_id, defn.name) if defn.atomic else nullcontext(),
+        ):
             value = defn.fn(*args, **kwargs)
     except BaseException as exc:
         current_frame.reset(token)
-        if _passes_through(exc):
+        if _passes_through(exc) or (defn.atomic and exc is run.aborted):
             raise
         _maybe_crash(step_id, defn.name)
         error = serde.encode_error(exc)
         _record(run, record, "failed", began, error=error, after=defn.unsafe_to_repeat)
         if isinstance(exc, Terminal):
-            raise run.abort(exc) from None
+            aborted = run.abort(exc)
+            aborted.__suppress_context__ = True
+            return aborted, None
         # The body must see what a replay will re-raise: if the exception cannot be
         # rebuilt as its own type, the live pass gets the StepFailure a replay would get
         # (with the original chained), so an `except` in the body behaves the same.
         replayed = serde.decode_error(error)
         if type(replayed) is not type(exc):
-            raise replayed from exc
-        raise
+            replayed.__cause__ = exc
+            return replayed, None
+        return exc, None
     current_frame.reset(token)
     _maybe_crash(step_id, defn.name)
     try:
         result = serde.encode(value, f"result of step {step_id} ({defn.name})")
     except EverystepError as exc:
-        _record(
-            run, record, "failed", began, error=serde.encode_error(exc), after=defn.unsafe_to_repeat
-        )
-        raise
+        error = serde.encode_error(exc)
+        _record(run, record, "failed", began, error=error, after=defn.unsafe_to_repeat)
+        return exc, None
     _record(run, record, "done", began, result=result, after=defn.unsafe_to_repeat)
-    return serde.decode(result)
+    return None, serde.decode(result)
+
+
+@contextmanager
+def atomic_body(run: RunState, step_id: str, name: str) -> Iterator[None]:
+    """Around an atomic step's body: a savepoint, so a body that raises leaves none of
+    its writes behind while its failure is recorded; and a guard on every other database
+    alias, whose writes the step's transaction could not cover."""
+
+    def refuse(*_: Any) -> None:
+        # Made the run's outcome: the body may catch this error, it cannot go on.
+        raise run.abort(
+            EverystepError(
+                f"run {run.run_id}: atomic step {step_id} ({name}) used another database "
+                "than the one everystep records in: its writes there could not commit with "
+                "the step's record. Make it a plain @step, or keep it to one database"
+            )
+        )
+
+    with ExitStack() as guards:
+        for alias in connections:
+            if alias != DEFAULT_DB_ALIAS:
+                guards.enter_context(connections[alias].execute_wrapper(refuse))
+        with transaction.atomic():
+            yield
+            if run.aborted is not None:  # the body swallowed its refusal: roll back
+                raise run.aborted
+
+
+def code_changed(run: RunState, step_id: str, recorded: str, called: str) -> WorkflowCodeError:
+    """The error of a replay that finds ``recorded`` at ``step_id`` where the body now
+    calls ``called``."""
+    return WorkflowCodeError(
+        f"run {run.run_id}: step {step_id} was recorded as {recorded} but the workflow now "
+        f"calls {called} there; the code changed incompatibly",
+        step_id=step_id,
+        recorded=recorded,
+        called=called,
+    )
 
 
 def _passes_through(exc: BaseException) -> bool:

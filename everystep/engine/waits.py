@@ -97,7 +97,10 @@ def wait_for(name: str, timeout: timedelta | float | None = None) -> Any:
             WorkflowCodeError(
                 f"run {run.run_id}: step {step_id} waits for event {pending.get('event')!r} "
                 f"in its record but the workflow now waits for {name!r}; the code changed "
-                "incompatibly"
+                "incompatibly",
+                step_id=step_id,
+                recorded=f"wait_for({pending.get('event')!r})",
+                called=f"wait_for({name!r})",
             )
         )
     deadline = serde.decode(pending.get("deadline"))
@@ -140,24 +143,19 @@ def _position(what: str) -> tuple[Frame, str]:
         )
     if frame.run.aborted is not None:
         raise frame.run.aborted
-    return frame, frame.scope.next_id(None)
+    return frame, frame.next_id(None)
 
 
 def _check(run: RunState, step_id: str, recorded: RecordedStep, expected: str) -> None:
     if recorded.name != expected:
-        raise run.abort(
-            WorkflowCodeError(
-                f"run {run.run_id}: step {step_id} was recorded as {recorded.name} but the "
-                f"workflow now calls {expected} there; the code changed incompatibly"
-            )
-        )
+        raise run.abort(steps.code_changed(run, step_id, recorded.name, expected))
 
 
 def _woken(run: RunState, step_id: str, now: datetime, wake: datetime | None = None) -> None:
     """Report how late the run woke, when this pass is the wake-up the run was released
     for (its due time was this wait's end, or an event made it due)."""
     due = run.claim.due_at
-    if due is None or (wake is not None and due != wake):
+    if run.checking or due is None or (wake is not None and due != wake):
         return
     signals.run_woken.send(
         sender=RunState,
@@ -189,6 +187,7 @@ def _record(
     result: Any = None,
     error: dict[str, Any] | None = None,
 ) -> None:
+    run.writing(step_id)
     began = time.monotonic()
     store.record_step(
         run.claim,
@@ -213,6 +212,7 @@ def _settle(
     error: dict[str, Any] | None = None,
 ) -> None:
     """The outcome of a pending wait, replacing its ``started`` record (fenced)."""
+    run.writing(step_id)
     began = time.monotonic()
     store.settle_wait(run.claim, step_id, status=status, result=result, error=error)
     steps.recorded(run, RecordedStep(step_id, WAIT, status, result, error), began)

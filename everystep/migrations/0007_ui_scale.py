@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("everystep", "0005_durable_time"),
+        ("everystep", "0006_ui_search"),
     ]
 
     operations = [

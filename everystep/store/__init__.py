@@ -6,7 +6,8 @@ outside this package builds a queryset of its own.
 - ``runs``: scheduling, and the engine's reads and fenced writes for a claimed run;
 - ``waits``: releasing a run until it is due (sleeps, waits), and events sent to runs;
 - ``runners``: heartbeats and requeueing the runs of runners that are gone;
-- ``reports``: read-only queries (operators, metrics, health, UI) and pruning.
+- ``reports``: read-only queries (operators, metrics, health, UI) and pruning;
+- ``replay_check``: the batches of unfinished runs the replay check reads, read-only.
 
 The status transitions themselves, and the fencing rule, are on the model layer
 (``everystep.models.WorkflowQuerySet``).
@@ -16,6 +17,7 @@ from django.db import DatabaseError, InterfaceError
 
 from everystep.errors import StoreUnavailable
 from everystep.store.claims import claim_due, next_due, reclaim_parked
+from everystep.store.replay_check import CHECKED_STATUSES, read_only, unfinished_batch
 from everystep.store.reports import (
     COUNT_CAP,
     list_runs,
@@ -41,6 +43,7 @@ from everystep.store.runs import (
     SETTLE_MODES,
     cancel_run,
     create_run,
+    fenced_transaction,
     finish_run,
     get_run,
     load_steps,
@@ -67,6 +70,7 @@ DATABASE_ERRORS: tuple[type[Exception], ...] = (DatabaseError, InterfaceError)
 UNREACHABLE: tuple[type[BaseException], ...] = (*DATABASE_ERRORS, StoreUnavailable)
 
 __all__ = [
+    "CHECKED_STATUSES",
     "COUNT_CAP",
     "DATABASE_ERRORS",
     "SETTLE_MODES",
@@ -79,6 +83,7 @@ __all__ = [
     "claim_due",
     "create_run",
     "event_payload",
+    "fenced_transaction",
     "finish_run",
     "forget_runner",
     "get_run",
@@ -94,6 +99,7 @@ __all__ = [
     "prunable_sample",
     "prune_batch",
     "queue_stats",
+    "read_only",
     "reclaim_parked",
     "record_step",
     "requeue_one",
@@ -108,5 +114,6 @@ __all__ = [
     "status_counts",
     "suspend_run",
     "unapplied_migrations",
+    "unfinished_batch",
     "waiting_count",
 ]

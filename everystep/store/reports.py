@@ -6,7 +6,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from operator import attrgetter
 from typing import Any
 from uuid import UUID
 
@@ -14,7 +15,7 @@ from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from everystep.models import Status, Step, Workflow
+from everystep.models import Status, Step, Workflow, WorkflowQuerySet
 from everystep.store.waits import waiting_count
 
 
@@ -64,19 +65,132 @@ def unapplied_migrations() -> list[str]:
 
 
 def list_runs(
-    *, status: str | None = None, name: str | None = None, runner: str | None = None, limit: int
+    *,
+    status: str | None = None,
+    name: str | None = None,
+    runner: str | None = None,
+    limit: int,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+    search: str | None = None,
+    older_than: UUID | None = None,
+    newer_than: UUID | None = None,
 ) -> list[Workflow]:
-    """The most recent runs, newest first, without their (possibly large) JSON payloads."""
-    runs = Workflow.objects.defer("args", "result", "error")
+    """The most recent runs, newest first, without their (possibly large) JSON payloads.
+
+    ``created_after`` (inclusive) and ``created_before`` (exclusive) bound the creation
+    time; ``search`` keeps the runs it finds (see ``search_parts``). Keyset paging:
+    ``older_than`` gives the ``limit`` runs just below that id, ``newer_than`` the
+    ``limit`` runs just above it (still newest first), so a page never shifts when new
+    runs arrive meanwhile.
+    """
+    runs = _filtered(status=status, name=name, runner=runner).defer("args", "result", "error")
+    runs = runs.filter(**id_bounds(created_after, created_before, older_than, newer_than))
+    upward = newer_than is not None and older_than is None
+    parts = [runs] if search is None else search_parts(runs, search)
+    # One query per part (the id range, the key), each on its own index, rather than an
+    # OR that could lead a planner to walk the primary key backwards through every row.
+    found = {run.id: run for part in parts for run in _nearest(part, limit, upward)}
+    if search is not None:
+        found = {run_id: run for run_id, run in found.items() if _found_by(run, search)}
+    nearest = sorted(found.values(), key=attrgetter("id"), reverse=not upward)[:limit]
+    return nearest[::-1] if upward else nearest
+
+
+def _filtered(
+    *, status: str | None = None, name: str | None = None, runner: str | None = None
+) -> WorkflowQuerySet:
+    runs: WorkflowQuerySet = Workflow.objects.all()
     if status is not None:
         runs = runs.filter(status=status)
     if name is not None:
         runs = runs.filter(name=name)
     if runner is not None:
         runs = runs.filter(claimed_by=runner)
+    return runs
+
+
+def _nearest(runs: Any, limit: int, upward: bool) -> list[Workflow]:
     # Ids are UUIDv7, so the primary key (or the status/name indexes ending in id) gives
     # creation order without sorting on created_at.
-    return list(runs.order_by("-id")[:limit])
+    return list(runs.order_by("id" if upward else "-id")[:limit])
+
+
+# Run ids are UUIDv7: their first 48 bits are the creation time in milliseconds, so a
+# time window is an id range, served by the primary key and every index ending in id.
+_MS_BITS = 48
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def first_id_at(moment: datetime) -> UUID:
+    """The smallest run id made at or after ``moment`` (an aware datetime), clamped to
+    the ids' range of times."""
+    ms = (moment - _EPOCH) // timedelta(milliseconds=1)
+    return UUID(int=max(0, min(ms, (1 << _MS_BITS) - 1)) << (128 - _MS_BITS))
+
+
+def id_bounds(
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+    older_than: UUID | None = None,
+    newer_than: UUID | None = None,
+) -> dict[str, UUID]:
+    """Lookups bounding the run id by creation time and by paging cursors."""
+    lows = [first_id_at(created_after)] if created_after is not None else []
+    highs = [first_id_at(created_before)] if created_before is not None else []
+    bounds = {}
+    if newer_than is not None:
+        bounds["id__gt"] = newer_than
+    if older_than is not None:
+        highs.append(older_than)
+    if lows:
+        bounds["id__gte"] = max(lows)
+    if highs:
+        bounds["id__lt"] = min(highs)
+    return bounds
+
+
+# The search box: a full run id, an id prefix of at least this many hex digits, or an
+# idempotency key (exact).
+ID_PREFIX_MIN = 8
+_HEX = frozenset("0123456789abcdef")
+
+
+def id_digits(text: str) -> str | None:
+    """``text`` as the hex digits of a run id or id prefix (dashes and case ignored), or
+    None if it cannot be one."""
+    digits = text.replace("-", "").lower()
+    if ID_PREFIX_MIN <= len(digits) <= 32 and set(digits) <= _HEX:
+        return digits
+    return None
+
+
+def id_prefix_range(digits: str) -> tuple[UUID, UUID | None]:
+    """The ids starting with hex ``digits``: ``[low, high)``, ``high`` None at the top."""
+    shift = 4 * (32 - len(digits))
+    low = int(digits, 16) << shift
+    high = low + (1 << shift)
+    return UUID(int=low), (UUID(int=high) if high < 1 << 128 else None)
+
+
+def search_parts(runs: Any, text: str) -> list[Any]:
+    """``runs`` narrowed to what ``text`` finds, as querysets to union: runs whose id is
+    or starts with ``text`` (a range on the primary key, never LIKE on a cast), and
+    runs whose idempotency key is ``text``."""
+    parts = [runs.filter(idempotency_key=text)]
+    digits = id_digits(text)
+    if digits is not None:
+        low, high = id_prefix_range(digits)
+        parts.append(runs.filter(id__gte=low, **({} if high is None else {"id__lt": high})))
+    return parts
+
+
+def _found_by(run: Workflow, text: str) -> bool:
+    # MariaDB's native UUID type stores version 1-5 UUIDs with their time fields swapped
+    # and compares them so: a prefix range bounded by such values can take in ids outside
+    # the prefix. Checking the rows fetched keeps the answer exact everywhere.
+    digits = id_digits(text)
+    return run.idempotency_key == text or (digits is not None and run.id.hex.startswith(digits))
 
 
 @dataclass(frozen=True)
@@ -159,15 +273,24 @@ def prune_batch(cutoff: Any, statuses: list[str], batch_size: int) -> tuple[int,
 COUNT_CAP = 10_000
 
 
-def status_counts(*, name: str | None = None, cap: int = COUNT_CAP) -> dict[str, int]:
+def status_counts(
+    *,
+    name: str | None = None,
+    runner: str | None = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+    cap: int = COUNT_CAP,
+) -> dict[str, int]:
     """How many runs there are in each status (every status listed, zeros included); only
-    runs of workflow ``name`` if given.
+    runs of workflow ``name``, held by ``runner``, created in the window, if given.
 
     Counting stops at ``cap + 1`` per status (a value above ``cap`` means "more than
-    ``cap``"): each status is counted over at most that many entries of its index, so
-    the runs page costs the same with a million finished runs as with a thousand.
+    ``cap``"): each status is counted over at most that many entries of its index
+    (``status, id``, with the time window as an id range; ``claimed_by, status`` for a
+    runner), so the runs page costs the same with a million finished runs as with a
+    thousand.
     """
-    runs = Workflow.objects.all() if name is None else Workflow.objects.filter(name=name)
+    runs = _filtered(name=name, runner=runner).filter(**id_bounds(created_after, created_before))
     return {
         status: runs.filter(status=status).order_by().values("id")[: cap + 1].count()
         for status in Status.values

@@ -10,8 +10,8 @@ worker's late write is rejected instead of overwriting the newer claimer's work.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any, ParamSpec, TypeVar
 from uuid import UUID
 
@@ -171,6 +171,24 @@ def record_step(
     except IntegrityError as exc:
         raise AlreadyRecorded(f"step {step_id} of run {claim.run_id} is already recorded") from exc
     raise _refused(claim)
+
+
+@contextmanager
+def fenced_transaction(claim: Claim) -> Iterator[None]:
+    """A transaction for an atomic step: it starts by locking the run row on the fencing
+    condition (a no-op ``UPDATE``: on SQLite it takes the write lock at once, rather than
+    failing to upgrade a read lock later), so no requeue or takeover can interleave with
+    the step, and the body's writes and the step's record commit together or not at all.
+    ``ClaimLost``/``RunGone`` if the claim no longer holds the run: nothing runs."""
+    try:
+        with transaction.atomic():
+            if not Workflow.objects.held_by(claim).update(claim_token=claim.token):
+                raise _refused(claim)
+            yield
+    except (OperationalError, InterfaceError) as exc:
+        # Raised here only by the lock or the commit (the body's own errors are its
+        # outcome): nothing committed, the step runs again once the database is back.
+        raise StoreUnavailable(f"database unavailable in an atomic step: {exc}") from exc
 
 
 @_guarded

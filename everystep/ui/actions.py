@@ -1,10 +1,10 @@
 """The UI's write actions on one run: cancel, requeue, settle an uncertain step, send
-an event.
+an event; and on a dead runner: requeue every run it holds.
 
 Each needs an authenticated active staff user holding the matching permission
 (``everystep.cancel_workflow``, ``requeue_workflow``, ``resolve_workflow``,
-``send_event``) — also when the read-only pages are public — is a CSRF-protected POST,
-and is logged with the user.
+``send_event``; a runner's runs: ``requeue_workflow``) — also when the read-only pages
+are public — is a CSRF-protected POST, and is logged with the user.
 """
 
 from __future__ import annotations
@@ -20,13 +20,15 @@ from django.utils.http import urlencode
 from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_POST
 
-from everystep import serde, store
+from everystep import conf, serde, store
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
 
 logger = logging.getLogger("everystep.ui")
 
 BACK_MAX_LENGTH = 500
+# Runner names are stored in 255 characters (``Runner.name``, ``Workflow.claimed_by``).
+RUNNER_NAME_MAX_LENGTH = 255
 
 PERMISSIONS = {
     "cancel": "everystep.cancel_workflow",
@@ -45,10 +47,14 @@ DONE = {
 }
 
 
+def _is_staff(user: Any) -> bool:
+    return bool(user.is_authenticated and user.is_active and user.is_staff)
+
+
 def allowed_actions(request: HttpRequest, run: Workflow) -> dict[str, bool]:
     """Which actions the run page offers this user for this run."""
     user = request.user
-    if not (user.is_authenticated and user.is_active and user.is_staff):
+    if not _is_staff(user):
         return dict.fromkeys(PERMISSIONS, False)
     applicable = {
         "cancel": run.status not in FINAL_STATUSES,
@@ -127,3 +133,76 @@ def _back(run_id: UUID, **params: str) -> HttpResponseRedirect:
 def uncertain_steps(steps: list[Any]) -> list[str]:
     """Step ids a blocked run can have settled: those started without an outcome."""
     return [step.step_id for step in steps if step.status == StepStatus.STARTED]
+
+
+# --- a dead runner's runs ----------------------------------------------------------------
+
+
+def may_requeue_runners(request: HttpRequest) -> bool:
+    """Whether the runners page offers this user "requeue this runner's runs"."""
+    return _is_staff(request.user) and request.user.has_perm(PERMISSIONS["requeue"])
+
+
+@csrf_protect
+@require_POST
+def runner_requeue(request: HttpRequest) -> HttpResponse:
+    """Requeue every run left ``running`` under the dead runner ``request.POST["runner"]``
+    (as ``manage.py everystep_requeue_runner`` does), then go back to the runners page."""
+    user = request.user
+    if not _is_staff(user):
+        raise PermissionDenied("write actions need a staff login")
+    if not user.has_perm(PERMISSIONS["requeue"]):
+        raise PermissionDenied(f"requeue needs the {PERMISSIONS['requeue']} permission")
+    try:
+        name = serde.storable_text(request.POST.get("runner", ""), "the runner name")
+        _refuse_live(name)
+    except EverystepError as exc:
+        return _back_to_runners(error=str(exc))
+    requeued = store.requeue_runner(name)
+    logger.info(
+        "runner %s: requeue of its %d run(s) by %s: %s",
+        name,
+        len(requeued),
+        user.get_username(),
+        ", ".join(str(run_id) for run_id in requeued),
+        extra={
+            "event": "ui.requeue_runner",
+            "runner": name,
+            "run_ids": [str(run_id) for run_id in requeued],
+            "user": user.get_username(),
+        },
+    )
+    return _back_to_runners(done=str(len(requeued)), runner=name)
+
+
+def _refuse_live(name: str) -> None:
+    if not name:
+        raise EverystepError("no runner named")
+    if len(name) > RUNNER_NAME_MAX_LENGTH:
+        raise EverystepError(f"no runner has a name longer than {RUNNER_NAME_MAX_LENGTH}")
+    runner = store.get_runner(name)
+    # A runner still beating would carry on with runs handed to other workers meanwhile:
+    # the same rule as the command's (which has --force; the UI has none).
+    if runner is not None and runner.may_be_alive(
+        conf.worker_default("orphan_timeout"), conf.worker_default("heartbeat")
+    ):
+        raise EverystepError(
+            f"runner {serde.printable(name)!r} sent a heartbeat "
+            f"{runner.seconds_silent():.0f}s ago and may be alive; stop it first"
+        )
+
+
+def _back_to_runners(**params: str) -> HttpResponseRedirect:
+    cut = {key: value[:BACK_MAX_LENGTH] for key, value in params.items()}
+    return HttpResponseRedirect(f"{reverse('everystep:runners')}?{urlencode(cut)}")
+
+
+def runner_notices(request: HttpRequest) -> list[str]:
+    """What the runners page says after ``runner_requeue``. Anyone can put anything in a
+    URL: the count must be a number and every text is cut short."""
+    if request.GET.get("error"):
+        return [f"Error: {request.GET['error'][:BACK_MAX_LENGTH]}"]
+    done, name = request.GET.get("done", ""), request.GET.get("runner", "")
+    if done.isascii() and done.isdigit() and len(done) < 10 and name:
+        return [f"Done: requeued {done} run(s) held by {name[:BACK_MAX_LENGTH]!r}."]
+    return []

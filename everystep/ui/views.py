@@ -11,34 +11,34 @@ from __future__ import annotations
 
 import functools
 import json
+import string
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
 from django.contrib.admin.views.decorators import staff_member_required
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
-from django.shortcuts import render, resolve_url
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render, resolve_url
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_safe
 
 from everystep import conf, serde, store
-from everystep.errors import EverystepError
-from everystep.models import Status
-from everystep.store.reports import run_wait
-from everystep.ui import actions, run_page
+from everystep.models import Status, Workflow
+from everystep.store.reports import ID_PREFIX_MIN, run_wait
+from everystep.ui import actions, filters, run_page
+from everystep.ui.filters import clipped as _clipped
 from everystep.ui.timeline import format_duration
 
+# Runs per page of the runs list.
 RUNS_LIMIT = 200
 # Auto-refresh is opt-in per page view (``?refresh=1``): an idle tab costs nothing.
 REFRESH_SECONDS = 5
-FILTER_MAX_LENGTH = 255
-# Text from the query string echoed in a notice is cut to this many characters.
-NOTICE_MAX_LENGTH = 500
 # A run's arguments, result, error or a step's detail are shown up to this many
 # characters of pretty-printed JSON.
 JSON_MAX_LENGTH = 100_000
@@ -54,7 +54,8 @@ def _login_url() -> str:
 
 
 def ui_view(view: View) -> View:
-    """Staff only unless ``EVERYSTEP_UI_PUBLIC is True``; GET/HEAD only; never cached."""
+    """Staff only unless ``EVERYSTEP_UI_PUBLIC is True``; GET/HEAD only; never cached;
+    sets the CSRF cookie."""
 
     @functools.wraps(view)
     def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
@@ -63,63 +64,13 @@ def ui_view(view: View) -> View:
         checked = staff_member_required(view, login_url=_login_url())
         return checked(request, *args, **kwargs)
 
-    return never_cache(require_safe(guarded))
+    # ensure_csrf_cookie: the action forms' tokens need the cookie, which nothing else
+    # sets in a project that left CsrfViewMiddleware out (the actions still check it).
+    return never_cache(require_safe(ensure_csrf_cookie(guarded)))
 
 
 def _refresh(request: HttpRequest) -> int | None:
     return REFRESH_SECONDS if request.GET.get("refresh") == "1" else None
-
-
-@dataclass
-class _Filters:
-    """The runs page's filters as given, and what was wrong with them."""
-
-    status: str | None = None
-    workflow: str | None = None
-    runner: str | None = None
-    notices: list[str] = field(default_factory=list)
-    # False when a filter holds text no database stores, so no run can match it (and
-    # PostgreSQL would refuse the query).
-    matchable: bool = True
-    # The parameters the status links carry on: the filters in use, never one that was
-    # ignored (a pasted megabyte would be copied into every link).
-    query: QueryDict = field(default_factory=lambda: QueryDict(mutable=True))
-
-
-def _filters(request: HttpRequest) -> _Filters:
-    found = _Filters()
-    status = request.GET.get("status") or None
-    if status is not None and status not in Status.values:
-        found.notices.append(
-            f"Unknown status {_clipped(status)!r} ignored; use one of {', '.join(Status.values)}."
-        )
-        status = None
-    found.status = status
-    found.workflow = _text_filter(request, "workflow", found)
-    found.runner = _text_filter(request, "runner", found)
-    if _refresh(request):
-        found.query["refresh"] = "1"
-    return found
-
-
-def _text_filter(request: HttpRequest, param: str, found: _Filters) -> str | None:
-    value = request.GET.get(param, "").strip()
-    try:
-        serde.storable_text(value, f"The {param} filter")
-    except EverystepError as exc:
-        found.notices.append(f"{exc}; no run matches it.")
-        found.matchable = False
-        return _clipped(serde.printable(value))
-    if len(value) > FILTER_MAX_LENGTH:
-        found.notices.append(f"The {param} filter is longer than {FILTER_MAX_LENGTH} characters.")
-        return None
-    if value:
-        found.query[param] = value
-    return value or None
-
-
-def _clipped(text: str) -> str:
-    return text if len(text) <= NOTICE_MAX_LENGTH else text[:NOTICE_MAX_LENGTH] + "…"
 
 
 def _pretty(value: Any) -> str:
@@ -143,15 +94,20 @@ def _span(start: datetime | None, end: datetime | None) -> timedelta | None:
 
 @ui_view
 def runs(request: HttpRequest) -> HttpResponse:
-    """The most recent runs, newest first, filtered by status, workflow name and runner."""
-    given = _filters(request)
-    if given.matchable:
-        runs = store.list_runs(
-            status=given.status, name=given.workflow, runner=given.runner, limit=RUNS_LIMIT
-        )
-        counts = store.status_counts(name=given.workflow)
+    """The most recent runs, newest first, a page at a time: filtered by status, workflow
+    name, runner and creation time, or searched by run id, id prefix or idempotency key.
+    A search that finds exactly one run opens it."""
+    asked = filters.read(request, refresh=_refresh(request) is not None)
+    if asked.matchable:
+        found = store.list_runs(**asked.list_filters(), limit=RUNS_LIMIT + 1)
+        counts = store.status_counts(**asked.count_filters())
     else:
-        runs, counts = [], dict.fromkeys(Status.values, 0)
+        found, counts = [], dict.fromkeys(Status.values, 0)
+    if asked.search is not None and not asked.paging and len(found) == 1:
+        return redirect("everystep:run", found[0].id)
+    page = _page(found, asked)
+    if asked.search is not None and not found:
+        asked.notices.append(_no_match(asked.search))
     now = timezone.now()
     rows = [
         {
@@ -159,23 +115,74 @@ def runs(request: HttpRequest) -> HttpResponse:
             "duration": format_duration(_span(run.started_at, run.completed_at)),
             "wait": run_wait(run, now),
         }
-        for run in runs
+        for run in page.runs
     ]
     context = {
         "nav": "runs",
-        "notices": given.notices,
+        "notices": asked.notices,
         "refresh_seconds": _refresh(request),
         "statuses": Status.values,
-        "query": given.query,
-        "counts": counts,
-        "count_cap": store.COUNT_CAP,
-        "status": given.status,
-        "workflow": given.workflow,
-        "runner": given.runner,
+        "query": asked.query,
+        "counts": {name: _count_label(count) for name, count in counts.items()},
+        "count_cap": f"{store.COUNT_CAP:,}",
+        "status": asked.status,
+        "shown": asked.shown,
+        "q": asked.shown.get("q", ""),
+        "time_zone": timezone.get_current_timezone_name(),
         "rows": rows,
+        "page": page,
         "limit": RUNS_LIMIT,
+        # Links start from the page's path: an empty query string would keep the cursor.
+        "runs_url": reverse("everystep:runs"),
     }
     return render(request, "everystep/runs.html", context)
+
+
+@dataclass(frozen=True)
+class _Page:
+    """One page of the runs list, and the cursors of its neighbours (None: no link)."""
+
+    runs: list[Workflow]
+    older: UUID | None
+    newer: UUID | None
+    # Not the first page: a link back to the newest runs.
+    paged: bool
+
+
+def _page(found: list[Workflow], asked: filters.RunsQuery) -> _Page:
+    # ``found`` holds one run more than a page when there is more in the direction read.
+    more = len(found) > RUNS_LIMIT
+    if asked.newer_than is not None:
+        # Read upwards from the cursor: the extra run is the newest one.
+        runs = found[1:] if more else found
+        has_older, has_newer = True, more
+    else:
+        runs = found[:RUNS_LIMIT]
+        has_older, has_newer = more, asked.older_than is not None
+    # An empty page (everything past the cursor was pruned) links to the newest only.
+    return _Page(
+        runs=runs,
+        older=runs[-1].id if runs and has_older else None,
+        newer=runs[0].id if runs and has_newer else None,
+        paged=asked.paging,
+    )
+
+
+def _count_label(count: int) -> str:
+    # Counting stops just above the cap: past it the page says "10,000+", not a number
+    # it would take a scan of the whole table to know.
+    return f"{store.COUNT_CAP:,}+" if count > store.COUNT_CAP else str(count)
+
+
+def _no_match(search: str) -> str:
+    digits = search.replace("-", "").lower()
+    hint = ""
+    if len(digits) < ID_PREFIX_MIN and set(digits) <= set(string.hexdigits.lower()):
+        hint = f" (an id prefix needs at least {ID_PREFIX_MIN} hex digits)"
+    return (
+        f"No run matches {_clipped(search)!r}: no run id starts with it and no "
+        f"idempotency key is exactly it{hint}."
+    )
 
 
 @ui_view
@@ -216,27 +223,35 @@ def _headline(error: Any) -> dict[str, str]:
 
 @ui_view
 def runners(request: HttpRequest) -> HttpResponse:
-    """The runners' heartbeat rows and the runs each one holds."""
+    """The runners' heartbeat rows and the runs each one holds; dead runners that still
+    hold runs stand out, with an action to requeue them."""
     now = timezone.now()
     held = store.held_runs()
     # A heartbeat missed three times over is worth a look long before orphan recovery.
-    late_after = 3 * conf.worker_default("heartbeat")
+    heartbeat = conf.worker_default("heartbeat")
+    late_after = 3 * heartbeat
+    orphan_timeout = conf.worker_default("orphan_timeout")
     rows = []
     for runner in store.list_runners():
         age = now - runner.last_seen
+        count = held.pop(runner.name, 0)
         rows.append(
             {
                 "runner": runner,
-                "held": held.pop(runner.name, 0),
+                "held": count,
                 "age": format_duration(age),
                 "late": age.total_seconds() > late_after,
+                # Dead as the requeue command sees it: silent past the orphan timeout.
+                "dead": count > 0 and not runner.may_be_alive(orphan_timeout, heartbeat),
             }
         )
     context = {
         "nav": "runners",
+        "notices": actions.runner_notices(request),
         "refresh_seconds": _refresh(request),
         "rows": rows,
         "unknown_holders": sorted(held.items()),
         "running": Status.RUNNING.value,
+        "can_requeue": actions.may_requeue_runners(request),
     }
     return render(request, "everystep/runners.html", context)

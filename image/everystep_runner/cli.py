@@ -1,7 +1,9 @@
 """``everystep-runner [runner flags] [ROLE | MANAGEMENT COMMAND [ARGS…]]``
 
 Roles: ``worker`` (the default), ``ui``, ``demo``, ``config`` (print every effective
-setting and its source), ``healthcheck`` (for the image HEALTHCHECK). Anything else is
+setting and its source), ``healthcheck`` (for the image HEALTHCHECK), ``check-replay
+[ARGS…]`` (``everystep_check_replay``: before a rollout, replay the unfinished runs
+against this image's code; exit status 1 if any would fail). Anything else is
 a Django management command of the user's project, so ``everystep-runner
 everystep_worker --pool 8 --name $(POD_NAME) --drain 30`` or ``everystep-runner migrate``
 work as they would with ``manage.py``.
@@ -106,6 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"everystep-runner: invalid configuration:\n{exc}", file=sys.stderr)
         return 2
     role, args = (command[0], command[1:]) if command else ("worker", [])
+    if role in COMMAND_ROLES:
+        command = [COMMAND_ROLES[role], *args]
+        role = command[0]
     if role in ROLES and args:
         print(
             f"everystep-runner: the {role} role takes no arguments (got {args[0]!r}); "
@@ -200,6 +205,10 @@ def _setup(settings: RunnerSettings) -> None:
     project.load(settings)
     project.configure_logging(settings)
 
+
+# Roles that are a management command under a name that reads well in a pipeline; they
+# take the command's arguments.
+COMMAND_ROLES = {"check-replay": "everystep_check_replay"}
 
 ROLES: dict[str, Callable[[RunnerSettings], int]] = {
     "worker": _worker,

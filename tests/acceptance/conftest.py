@@ -44,7 +44,12 @@ class WorkerProcess:
     """One ``manage.py everystep_worker`` subprocess with its log file."""
 
     def __init__(
-        self, name: str, args: list[str], log: Path, extra_path: str | None = None
+        self,
+        name: str,
+        args: list[str],
+        log: Path,
+        extra_path: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.name = name
         self.log_path = log
@@ -53,7 +58,7 @@ class WorkerProcess:
         self.proc = subprocess.Popen(
             worker_command(name, args),
             cwd=ROOT,
-            env=worker_env(extra_path),
+            env={**worker_env(extra_path), **(env or {})},
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
@@ -89,9 +94,11 @@ def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     """Start worker subprocesses; every one still alive is killed at teardown."""
     started: list[WorkerProcess] = []
 
-    def start(name: str, *args: str, extra_path: str | None = None) -> WorkerProcess:
+    def start(
+        name: str, *args: str, extra_path: str | None = None, env: dict[str, str] | None = None
+    ) -> WorkerProcess:
         log = tmp_path / f"{name}-{len(started)}.log"
-        proc = WorkerProcess(name, list(args), log, extra_path)
+        proc = WorkerProcess(name, list(args), log, extra_path, env)
         started.append(proc)
         _LIVE.append(proc)
         return proc

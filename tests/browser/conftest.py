@@ -6,6 +6,10 @@ conftest turns a skip into a failure). Setup on a Debian machine::
 
     apt-get install -y chromium
     .venv/bin/pip install playwright       # never `playwright install`: the Debian browser is used
+
+The accessibility checks inject axe-core, pinned in ``package.json`` / ``package-lock.json``
+beside this file: ``make browser`` runs ``npm ci`` here, and so does the ``axe_source``
+fixture when ``node_modules`` is missing.
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ CHROMIUM_ARGS = [
     "--disable-quic",
 ]
 RUNNER = Path(sys.executable).with_name("everystep-runner")
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+AXE = HERE / "node_modules" / "axe-core" / "axe.min.js"
 STARTUP_TIMEOUT = 90.0  # migrate + gunicorn on a busy 2-core machine
 SHUTDOWN_TIMEOUT = 60.0  # the demo drains its worker (nothing in flight by then)
 
@@ -58,6 +65,10 @@ def _demo_env(data_dir: Path) -> dict[str, str]:
         if not key.startswith("EVERYSTEP_") and key != "DJANGO_SETTINGS_MODULE"
     }
     env["EVERYSTEP_DEMO_DATA"] = str(data_dir)
+    # The code under test is this checkout's, even where the venv's editable install
+    # points at another one (a second work tree sharing the venv).
+    checkout = [str(ROOT), str(ROOT / "image")]
+    env["PYTHONPATH"] = os.pathsep.join(checkout + [p for p in [env.get("PYTHONPATH")] if p])
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -126,11 +137,17 @@ def chromium_path() -> str:
 
 
 @pytest.fixture(scope="module")
-def demo_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's data directory (its SQLite file and log), one per test module."""
+    return tmp_path_factory.mktemp("demo-data")
+
+
+@pytest.fixture(scope="module")
+def demo_url(demo_data: Path) -> Iterator[str]:
     """``everystep-runner --ui-bind 127.0.0.1:<port> demo`` on a fresh SQLite file; its URL."""
     if not RUNNER.exists():
         pytest.fail(f"{RUNNER} is missing: install the runner into this venv")
-    data_dir = tmp_path_factory.mktemp("demo-data")
+    data_dir = demo_data
     log = data_dir / "demo.log"
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
@@ -212,3 +229,51 @@ def ui(browser: Any, demo_url: str) -> Iterator[BrowserPage]:
         yield found
     finally:
         context.close()
+
+
+def demo_python(data_dir: Path, script: str) -> None:
+    """Run ``script`` with Django set up on the demo's settings and database: how a test
+    adds rows the six sample runs do not give."""
+    env = _demo_env(data_dir) | {"DJANGO_SETTINGS_MODULE": "everystep_runner.demo.settings"}
+    prelude = "import django; django.setup()\n"
+    done = subprocess.run(
+        [sys.executable, "-c", prelude + script],
+        env=env,
+        cwd=data_dir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture(scope="session")
+def axe_source() -> str:
+    """axe-core's ``axe.min.js``, installed from the lockfile by ``npm ci`` if missing."""
+    if not AXE.exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            pytest.fail("npm is missing: apt-get install -y npm (axe-core comes from it)")
+        done = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund"], cwd=HERE, capture_output=True, text=True
+        )
+        assert done.returncode == 0, f"npm ci failed:\n{done.stdout}\n{done.stderr}"
+    return AXE.read_text()
+
+
+def axe_violations(page: Any, source: str) -> list[str]:
+    """The axe-core violations of the page as loaded: one line per rule and element."""
+    page.add_script_tag(content=source)
+    found = page.evaluate(
+        """async () => {
+            const result = await axe.run(document, {resultTypes: ["violations"]});
+            return result.violations.map(v => ({
+                id: v.id, help: v.help, targets: v.nodes.map(n => n.target.join(" ")),
+            }));
+        }"""
+    )
+    return [
+        f"{violation['id']} ({violation['help']}): {target}"
+        for violation in found
+        for target in violation["targets"]
+    ]

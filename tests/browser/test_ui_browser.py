@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import BrowserPage
+from tests.browser.conftest import BrowserPage, axe_violations
 
 WORKFLOWS = ("demo.place_order", "demo.sync_catalogue", "demo.nightly_report")
 # (workflow, status) -> runs: the three orders, one stopped on fraud; the two syncs, one failing.
@@ -276,3 +276,84 @@ def test_failed_sync_page_shows_its_error(ui: BrowserPage) -> None:
     expect()(page.locator("div.es-graph a.es-node.es-failed")).to_have_count(1)
     expect()(page.locator("div.es-timeline .es-bar.es-failed")).to_have_count(1)
     ui.assert_no_console_errors()
+
+
+def save_screenshot(ui: BrowserPage, path: Path) -> None:
+    ui.page.screenshot(path=str(path), full_page=True)
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    assert len(data) > 10_000, f"{path} is only {len(data)} bytes"
+
+
+def search_from_top_bar(ui: BrowserPage, text: str) -> None:
+    box = ui.page.get_by_role("searchbox", name="Find a run")
+    box.fill(text)
+    with ui.page.expect_navigation():
+        box.press("Enter")
+
+
+def test_pasting_a_run_id_into_the_top_bar_opens_the_run(ui: BrowserPage, tmp_path: Path) -> None:
+    page = ui.page
+    open_runs_with_outcomes(ui)
+    run_id = rows_with(ui, "demo.sync_catalogue", "failed").locator("a.es-id").inner_text()
+    page.goto(ui.url("/runners/"))
+    # Pasted from an alert: with blanks around it and in capitals.
+    search_from_top_bar(ui, f"  {run_id.strip().upper()} ")
+    assert page.url.rstrip("/").endswith(f"/runs/{run_id.strip()}"), page.url
+    expect()(page.locator("h1")).to_contain_text("demo.sync_catalogue")
+    save_screenshot(ui, tmp_path / "search-hit.png")
+
+    # The six demo runs were scheduled within a second: they share their first 8 digits,
+    # so that prefix lists them all; a prefix nobody has says so.
+    search_from_top_bar(ui, run_id[:8])
+    assert "/runs/" not in page.url, page.url
+    expect()(rows(ui)).to_have_count(6)
+    search_from_top_bar(ui, "not-an-order")
+    expect()(page.locator(".es-notice")).to_contain_text("No run matches 'not-an-order'")
+    expect()(rows(ui)).to_have_count(1)  # the "No runs." row
+    save_screenshot(ui, tmp_path / "search-miss.png")
+    ui.assert_no_console_errors()
+
+
+@pytest.mark.parametrize("where", ["runs", "run", "runners"])
+def test_pages_pass_the_axe_core_rules(
+    ui: BrowserPage, axe_source: str, tmp_path: Path, where: str
+) -> None:
+    """axe-core finds no violation on the runs list, a run's page and the runners page;
+    no rule is disabled."""
+    page = ui.page
+    open_runs_with_outcomes(ui)
+    if where == "run":
+        with page.expect_navigation():
+            rows_with(ui, "demo.place_order", "completed").first.locator("a.es-id").click()
+    elif where == "runners":
+        page.goto(ui.url("/runners/"))
+    assert axe_violations(page, axe_source) == []
+    save_screenshot(ui, tmp_path / f"{where}.png")
+    ui.assert_no_console_errors()
+
+
+def test_keyboard_reaches_the_search_box_with_a_visible_focus(ui: BrowserPage) -> None:
+    page = ui.page
+    page.goto(ui.url("/"))
+    page.keyboard.press("Tab")
+    expect()(page.locator(".es-skip")).to_be_focused()
+    for _ in range(3):  # the brand, Runs, Runners
+        page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    box = page.get_by_role("searchbox", name="Find a run")
+    expect()(box).to_be_focused()
+    assert box.evaluate("el => getComputedStyle(el).outlineStyle") == "solid"
+    assert box.evaluate("el => parseFloat(getComputedStyle(el).outlineWidth)") >= 2
+
+
+def test_the_axe_check_sees_violations(ui: BrowserPage, axe_source: str) -> None:
+    """The check above can fail: an unlabelled field and faint text are found."""
+    ui.page.set_content(
+        '<!doctype html><html lang="en"><head><title>t</title></head><body><main>'
+        '<h1>t</h1><input type="text" name="q"><p style="color:#bbb">failed</p>'
+        "</main></body></html>"
+    )
+    found = axe_violations(ui.page, axe_source)
+    assert any(line.startswith("label ") for line in found), found
+    assert any(line.startswith("color-contrast ") for line in found), found

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "image" / "example_project"
 IMAGE = os.environ.get("EVERYSTEP_TEST_IMAGE", "localhost/everystep-runner:test")
 PG = os.environ.get("EVERYSTEP_TEST_PG_URL", "postgres://postgres@127.0.0.1:5432")
-# Every container the tests start runs as the README's "Running hardened" says: a
+# Every container the tests start runs as docs/running/hardened.md says: a
 # read-only root with only /tmp writable, no capabilities, no gaining privileges. podman
 # would otherwise also make /run and /var/tmp writable, which Docker and Kubernetes don't.
 HARDENED = (

@@ -252,3 +252,31 @@ def test_containers_run_hardened(image, containers):
         containers, image, "es-hardened", "infinity", env={}, extra=("--entrypoint", "sleep")
     )
     assert_hardened(name)
+
+
+def test_check_replay_role_checks_the_database_against_the_image_code(image, database):
+    """`everystep-runner check-replay`, as a pre-deploy CI step or Kubernetes Job runs it:
+    the image's code against the database; exit status 1 names a run that would fail."""
+    migrate_and_schedule(database, 2)
+    retire = (
+        "from everystep.models import Workflow; "
+        "print(Workflow.objects.create(name='shop.workflows.retired', args=[1]).id)"
+    )
+    # The last line: the shell may announce its automatic imports first.
+    retired = host_runner(database, "shell", "-c", retire).stdout.strip().splitlines()[-1]
+    env = [item for k, v in project_env(database).items() for item in ("-e", f"{k}={v}")]
+    common = ("--rm", "--network", "host", "-v", f"{EXAMPLE}:/app:ro", *env, image)
+    failing = run(*common, "check-replay", check=False)
+    assert failing.returncode == 1, failing.stderr
+    assert f"run {retired} (scheduled): no @workflow is registered under " in failing.stdout
+    assert "'shop.workflows.retired'" in failing.stdout
+    host_runner(
+        database,
+        "shell",
+        "-c",
+        f"from everystep.models import Workflow; Workflow.objects.filter(id='{retired}').delete()",
+    )
+    passing = run(*common, "check-replay", "--json", check=False)
+    assert passing.returncode == 0, passing.stdout + passing.stderr
+    report = json.loads(passing.stdout)
+    assert report["ok"] is True and report["checked"] >= 2

@@ -27,6 +27,7 @@ from everystep import schedule, serde, store
 from everystep.models import Step, Workflow
 from everystep.testing import crash_at, run_due
 from tests.testapp import shapes
+from tests.testapp.models import Execution
 
 # The runs must really fork into threads (a test transaction would keep branches inline),
 # and the claim's statements differ per database: SQLite and PostgreSQL here; MariaDB is
@@ -60,6 +61,8 @@ EXPECTED_ERRORS = {
     "everystep.errors.Terminal",
 }
 UNSAFE = "tests.testapp.shapes.unsafe_step"
+ATOMIC = "tests.testapp.shapes.atomic_step"
+PATCH = "everystep.patched"  # a decision, not a step: no crash point of its own
 
 # -- generated values ------------------------------------------------------------------
 
@@ -108,6 +111,7 @@ def _compounds(kids: st.SearchStrategy[dict]) -> st.SearchStrategy[dict]:
         st.fixed_dictionaries({"k": st.just("seq"), "items": some}),
         st.fixed_dictionaries({"k": st.just("par"), "branches": some, "named": st.booleans()}),
         st.fixed_dictionaries({"k": st.just("try"), "body": kids, "handler": kids}),
+        st.fixed_dictionaries({"k": st.just("patch"), "body": kids}),
     )
 
 
@@ -140,12 +144,13 @@ def shapes_of(**weights: int) -> st.SearchStrategy[dict]:
 LEAVES = {
     "value": _step_leaf("value", value=VALUES),
     "unsafe": _step_leaf("unsafe", value=VALUES),
+    "atomic": _step_leaf("atomic", value=VALUES),
     "fail": _step_leaf("fail", error=st.sampled_from(sorted(shapes.ERRORS))),
     "stop_step": _step_leaf("stop_step"),
     "stop_body": st.just({"k": "stop_body"}),
 }
 # A shape should mostly do work: a Terminal (or an uncaught failure) ends it.
-SAFE_SHAPES = shapes_of(value=8, fail=3, stop_step=1, stop_body=1)
+SAFE_SHAPES = shapes_of(value=6, atomic=2, fail=3, stop_step=1, stop_body=1)
 UNSAFE_SHAPES = shapes_of(unsafe=3, value=6, fail=2, stop_body=1).filter(
     lambda s: any(n["k"] == "unsafe" for n, _ in shapes.nodes(s))
 )
@@ -177,6 +182,9 @@ class Outcome:
     @property
     def unsafe_ids(self) -> list[str]:
         return sorted(sid for sid, row in self.rows.items() if row.name == UNSAFE)
+
+    def is_atomic(self, step_id: str) -> bool:
+        return step_id in self.rows and self.rows[step_id].name == ATOMIC
 
 
 def outcome_of(run: Workflow) -> Outcome:
@@ -223,6 +231,8 @@ def crash_once(crashed: CrashRun, point: str, target: str | None, *, certain: bo
     unsafe = target in crashed.reference.unsafe_ids
     if point == "after_body" and not unsafe:
         crashed.explained[target] += 1  # ran, its record never landed: it runs again
+    elif point == "after_record" and crashed.reference.is_atomic(target):
+        crashed.explained[target] += 1  # the record rolled back with the body's write
     elif unsafe and point != "after_record":
         if point == "before_body":
             crashed.explained[target] -= 1  # died before the body: it never runs
@@ -246,8 +256,13 @@ def crash_targets(
     reference: Outcome, recorded: dict[str, Row], only: list[str] | None
 ) -> st.SearchStrategy[tuple[str, str | None]]:
     """A crash point and its step id among the reference's steps not recorded yet (they
-    all run on the next pass), or the end of the run."""
-    ids = [sid for sid in (only or sorted(reference.rows)) if sid not in recorded]
+    all run on the next pass), or the end of the run. Patch decisions have no crash
+    point: a crash around one is a crash at the step before or after it."""
+    ids = [
+        sid
+        for sid in (only or sorted(reference.rows))
+        if sid not in recorded and reference.rows[sid].name != PATCH
+    ]
     finish = st.just(("before_finish", None))
     if not ids:
         return finish
@@ -290,6 +305,7 @@ def _compare(crashed: CrashRun, got: Outcome, reference_runs: Counter[str], cert
         reference.result,
         reference.error,
     )
+    _check_atomic_writes(crashed.run, got)
     runs = body_runs(crashed.run)
     expected = reference_runs.copy()
     expected.update(crashed.explained)
@@ -302,6 +318,19 @@ def _compare(crashed: CrashRun, got: Outcome, reference_runs: Counter[str], cert
     shared = got.rows.keys() & reference.rows.keys()
     assert {k: got.rows[k] for k in shared} == {k: reference.rows[k] for k in shared}
     assert all(n <= 1 + crashed.explained[sid] for sid, n in runs.items()), runs
+
+
+def _check_atomic_writes(run: Workflow, got: Outcome) -> None:
+    """An atomic step's write exists once if its step is recorded, else not at all,
+    however many times crashes made its body run."""
+    labels = {n["label"] for n, _ in shapes.nodes(serde.decode(run.args)[0]) if n["k"] == "atomic"}
+    written = Counter(Execution.objects.filter(run_id=run.id).values_list("step", flat=True))
+    recorded = Counter(
+        row.args[0] for row in got.rows.values() if row.name == ATOMIC and row.status == "done"
+    )
+    assert {label: written[label] for label in labels} == {
+        label: recorded[label] for label in labels
+    }
 
 
 @PROFILE

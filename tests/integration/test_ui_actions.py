@@ -1,16 +1,23 @@
-"""The UI's write actions: permissions, CSRF, logging, and their effect on runs."""
+"""The UI's write actions: permissions, CSRF, logging, and their effect on runs; and
+requeueing a dead runner's runs from the runners page."""
 
 from __future__ import annotations
 
+import html as htmllib
 import logging
+import re
+import uuid
+from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from everystep import schedule
-from everystep.models import Workflow
+from everystep.models import Runner, Status, Workflow
 from everystep.testing import run_due
 from tests.testapp import workflows as wf
 
@@ -115,3 +122,155 @@ def test_resolve_a_blocked_run_from_the_ui(client, blocked_run):
     blocked_run.refresh_from_db()
     assert blocked_run.status == "completed"
     assert blocked_run.result == {"charged": 100, "by": "hand"}
+
+
+# --- a dead runner's runs --------------------------------------------------------------
+
+
+REQUEUE = reverse("everystep:runner-requeue")
+RUNNERS = reverse("everystep:runners")
+
+
+def make_runner(name: str, *, age: float) -> Runner:
+    now = timezone.now()
+    return Runner.objects.create(
+        name=name,
+        boot_id=uuid.uuid4(),
+        pool_size=4,
+        started_at=now - timedelta(hours=2),
+        last_seen=now - timedelta(seconds=age),
+    )
+
+
+@pytest.fixture
+def dead() -> dict[str, Any]:
+    """Runner "dead" silent for an hour, holding two running runs (and a finished one);
+    runner "alive" beating, holding one."""
+    make_runner("dead", age=3600)
+    make_runner("alive", age=1)
+    return {
+        "held": [make_run(status=Status.RUNNING, claimed_by="dead") for _ in range(2)],
+        "done": make_run(status=Status.COMPLETED, claimed_by="dead"),
+        "alive": make_run(status=Status.RUNNING, claimed_by="alive"),
+    }
+
+
+def make_run(**fields: Any) -> Workflow:
+    return Workflow.objects.create(name="wf.a", args=[1], **fields)
+
+
+def notices(html: str) -> list[str]:
+    return [
+        htmllib.unescape(text) for text in re.findall(r'class="es-notice"[^>]*>(.*?)</p>', html)
+    ]
+
+
+def statuses(*runs: Workflow) -> list[str]:
+    return [Workflow.objects.get(pk=run.pk).status for run in runs]
+
+
+def runner_row(html: str, name: str) -> str:
+    start = html.index(f"<td>{name}</td>")
+    return html[start : html.index("</tr>", start)]
+
+
+def test_dead_runner_stands_out_with_a_requeue_button(client, dead):
+    """A runner silent past the orphan timeout that holds runs says "dead" in words, and
+    the requeue button is offered to users with the requeue permission only."""
+    client.force_login(staff("requeue_workflow"))
+    html = client.get(RUNNERS).content.decode()
+    assert "dead, holds runs" in runner_row(html, "dead")
+    assert "Requeue this runner" in runner_row(html, "dead")
+    assert "dead, holds runs" not in runner_row(html, "alive")
+    assert "Requeue this runner" not in runner_row(html, "alive")
+    plain = Client()
+    plain.force_login(staff(name="viewer"))
+    html = plain.get(RUNNERS).content.decode()
+    assert "dead, holds runs" in runner_row(html, "dead")
+    assert "Requeue this runner" not in html
+
+
+def test_requeue_runner_puts_its_runs_back_and_logs_it(client, dead, caplog):
+    """The action requeues the runs the dead runner holds (not its finished one, not
+    another runner's), logs it with the user, and says so on the runners page."""
+    client.force_login(staff("requeue_workflow"))
+    with caplog.at_level(logging.INFO, logger="everystep.ui"):
+        response = client.post(REQUEUE, {"runner": "dead"})
+    assert response.status_code == 302
+    assert response["Location"].startswith(RUNNERS + "?")
+    assert statuses(*dead["held"]) == ["scheduled", "scheduled"]
+    assert statuses(dead["done"], dead["alive"]) == ["completed", "running"]
+    (record,) = [r for r in caplog.records if getattr(r, "event", "") == "ui.requeue_runner"]
+    assert record.user == "operator" and record.runner == "dead"
+    assert sorted(record.run_ids) == sorted(str(run.id) for run in dead["held"])
+    html = client.get(response["Location"]).content.decode()
+    assert "Done: requeued 2 run(s) held by &#x27;dead&#x27;." in html
+    assert "dead, holds runs" not in html
+
+
+def test_requeue_runner_without_heartbeat_row(client):
+    """Runs held under a name with no heartbeat row at all are requeued too."""
+    held = make_run(status=Status.RUNNING, claimed_by="ghost")
+    client.force_login(staff("requeue_workflow"))
+    assert "Requeue this runner" in runner_row(client.get(RUNNERS).content.decode(), "ghost")
+    assert client.post(REQUEUE, {"runner": "ghost"}).status_code == 302
+    assert statuses(held) == ["scheduled"]
+
+
+def test_requeue_runner_refuses_a_live_runner(client, dead):
+    """A runner whose heartbeat is recent keeps its runs; the page says why."""
+    client.force_login(staff("requeue_workflow"))
+    response = client.post(REQUEUE, {"runner": "alive"})
+    assert response.status_code == 302
+    assert statuses(dead["alive"]) == ["running"]
+    html = client.get(response["Location"]).content.decode()
+    assert "may be alive" in " ".join(notices(html))
+
+
+@pytest.mark.parametrize("name", ["", "a\x00b", "x" * 100_000])
+def test_requeue_runner_bad_names_redirect_with_an_error(client, dead, name):
+    """An empty name, a NUL or a huge name: a redirect with an error, never a 500."""
+    client.force_login(staff("requeue_workflow"))
+    response = client.post(REQUEUE, {"runner": name})
+    assert response.status_code == 302
+    assert len(response["Location"]) < 2_000
+    html = client.get(response["Location"]).content.decode()
+    assert any(n.startswith("Error:") for n in notices(html)), notices(html)
+    assert statuses(*dead["held"]) == ["running", "running"]
+
+
+def test_requeue_runner_needs_the_permission(client, dead):
+    """Staff without everystep.requeue_workflow get 403; the runs stay running."""
+    client.force_login(staff())
+    assert client.post(REQUEUE, {"runner": "dead"}).status_code == 403
+    assert statuses(*dead["held"]) == ["running", "running"]
+
+
+def test_requeue_runner_refuses_anonymous_users_even_when_the_ui_is_public(client, dead, settings):
+    """EVERYSTEP_UI_PUBLIC opens the pages, never this action."""
+    settings.EVERYSTEP_UI_PUBLIC = True
+    assert client.post(REQUEUE, {"runner": "dead"}).status_code == 403
+    assert statuses(*dead["held"]) == ["running", "running"]
+
+
+def test_requeue_runner_needs_a_csrf_token(dead):
+    """Without a valid CSRF token the POST is refused with 403."""
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(staff("requeue_workflow"))
+    assert client.post(REQUEUE, {"runner": "dead"}).status_code == 403
+    assert statuses(*dead["held"]) == ["running", "running"]
+    # The token the page hands out works: the refusal above was the missing token.
+    html = client.get(RUNNERS).content.decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html)
+    assert token is not None
+    data = {"runner": "dead", "csrfmiddlewaretoken": token.group(1)}
+    assert client.post(REQUEUE, data).status_code == 302
+    assert statuses(*dead["held"]) == ["scheduled", "scheduled"]
+
+
+def test_requeue_runner_is_post_only(client, dead):
+    """GET (and any other method but POST) gets 405."""
+    client.force_login(staff("requeue_workflow"))
+    assert client.get(REQUEUE, {"runner": "dead"}).status_code == 405
+    assert client.put(REQUEUE).status_code == 405
+    assert statuses(*dead["held"]) == ["running", "running"]

@@ -8,4 +8,7 @@ class TestappConfig(AppConfig):
     label = "testapp"
 
     def ready(self) -> None:
-        from tests.testapp import chaos  # noqa: F401  (registers the chaos workflows)
+        from tests.testapp import (
+            chaos,  # noqa: F401  (registers the chaos workflows)
+            versioned,  # noqa: F401  (workflows in several versions)
+        )

@@ -2,13 +2,14 @@
 
 A shape is a tree of dicts, each with a kind ``k``:
 
-- ``value`` / ``unsafe``: a step (``unsafe_to_repeat`` for the second) that returns
+- ``value`` / ``unsafe`` / ``atomic``: a step (``unsafe_to_repeat`` for the second; for
+  the third ``atomic=True``, writing one ``Execution`` row) that returns
   ``RESULTS[label]``;
 - ``fail``: a step raising an error of kind ``error`` (see ``ERRORS``);
 - ``stop_step`` / ``stop_body``: ``Terminal`` raised by a step / by the body itself;
 - ``seq``: its ``items`` in order; ``par``: ``parallel()`` over its ``branches`` (a
   ``seq`` branch is passed as a sequence branch); ``try``: runs ``body`` and, if it
-  raises an ``Exception``, ``handler``.
+  raises an ``Exception``, ``handler``; ``patch``: ``body`` under ``patched(label)``.
 
 Step nodes carry a unique ``label``; with ``named`` true it is also their
 ``everystep_id``. ``BODY_RUNS`` counts step body executions by (run id, step id).
@@ -18,13 +19,17 @@ from __future__ import annotations
 
 import enum
 import functools
+import os
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from everystep import Terminal, parallel, step, workflow
+from django.utils import timezone
+
+from everystep import Terminal, parallel, patched, step, workflow
 from everystep.context import current
+from tests.testapp.models import Execution
 
 Node = dict[str, Any]
 WORKFLOW = "everystep-tests-shape"
@@ -76,6 +81,19 @@ def unsafe_step(label: str, value: Any) -> Any:
     return RESULTS[label]
 
 
+@step(atomic=True)
+def atomic_step(label: str, value: Any) -> Any:
+    """Its ``Execution`` row commits with its record: one row per recorded step, however
+    often a crash made the body run."""
+    _count()
+    ctx = current()
+    assert ctx is not None
+    Execution.objects.create(
+        run_id=ctx.workflow_id, step=label, pid=os.getpid(), started_at=timezone.now()
+    )
+    return RESULTS[label]
+
+
 ERRORS: dict[str, Callable[[str], Exception]] = {
     "value": lambda label: ValueError(f"{label} failed"),
     "shape": lambda label: ShapeError(label, len(label)),
@@ -122,8 +140,11 @@ def _step_id(node: Node) -> str | None:
     return node["label"] if node.get("named") else None
 
 
+_VALUE_STEPS = {"value": value_step, "unsafe": unsafe_step, "atomic": atomic_step}
+
+
 def _value(node: Node) -> Any:
-    call = unsafe_step if node["k"] == "unsafe" else value_step
+    call = _VALUE_STEPS[node["k"]]
     got = call(node["label"], node["value"], everystep_id=_step_id(node))
     return [fingerprint(got), got]
 
@@ -162,6 +183,11 @@ def _try(node: Node) -> Any:
         return ["caught", describe(exc), evaluate(node["handler"])]
 
 
+def _patch(node: Node) -> Any:
+    # A fresh run takes the new branch; the point is that a resumed one decides the same.
+    return ["patched", patched(node["label"]), evaluate(node["body"])]
+
+
 def describe(exc: BaseException) -> Any:
     """What a body can tell about a caught exception, nested groups included."""
     if isinstance(exc, BaseExceptionGroup):
@@ -172,12 +198,14 @@ def describe(exc: BaseException) -> Any:
 _EVALUATE: dict[str, Callable[[Node], Any]] = {
     "value": _value,
     "unsafe": _value,
+    "atomic": _value,
     "fail": _fail,
     "stop_step": _stop_step,
     "stop_body": _stop_body,
     "seq": _seq,
     "par": _par,
     "try": _try,
+    "patch": _patch,
 }
 
 
@@ -202,7 +230,7 @@ def nodes(node: Node, forks: int = 0) -> Iterator[tuple[Node, int]]:
 
 def results_of(shape: Node) -> dict[str, Any]:
     """``RESULTS`` for ``shape``: each value step's generated value, untouched."""
-    return {n["label"]: n["value"] for n, _ in nodes(shape) if n["k"] in ("value", "unsafe")}
+    return {n["label"]: n["value"] for n, _ in nodes(shape) if n["k"] in _VALUE_STEPS}
 
 
 def racy(shape: Node) -> bool:

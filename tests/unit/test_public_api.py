@@ -49,10 +49,13 @@ def test_subprocess_check_can_see_django_when_imported() -> None:
 
 
 def test_public_names_are_exported() -> None:
-    """``__all__`` lists exactly the public API, durable waits and ``send`` included."""
+    """``__all__`` lists exactly the public API, durable waits, ``send`` and the patch
+    functions included."""
     assert sorted(everystep.__all__) == [
         "Terminal",
+        "deprecate_patch",
         "parallel",
+        "patched",
         "schedule",
         "send",
         "sleep",

@@ -1,0 +1,119 @@
+"""Versioned workflow code: ``patched("change-id")`` and ``deprecate_patch("change-id")``.
+
+A change to a body's steps is shipped as ``if patched("id"): <new> else: <old>``. The
+question ``patched`` answers at its call: did this run get past this point under the
+code before the change? It did if it recorded anything in the same scope that this pass
+has not replayed yet (records only old code made: the pass is at the patch, the history
+goes on). Such a run gets False and keeps replaying the old branch; every other run —
+new, or stopped before this point by a crash, a drain or a wait — gets True.
+
+The answer is recorded as a ``done`` step named ``everystep.patched`` whose result is the
+decision, so every later pass takes the same branch whatever else was recorded since. It
+consumes no position: ids after it stay what they were under the old code, and the
+record's id, ``<scope>patched <change-id>``, has a space no step name may contain, so it
+can never meet a step's id. One decision per change id and scope: a second call with the
+same id in the same scope (a change touching two places) gets the first one's answer.
+
+``deprecate_patch("id")`` replaces the ``patched`` call once the old branch is removed. It
+decides and records like ``patched`` (so runs started under it replay), and runs that
+took the new branch (or never got that far) replay; a run that needs the old branch
+fails with ``WorkflowCodeError``. ``everystep_check_replay`` reports such runs before the
+deploy, and how many runs still take each patch's old branch. Once no unfinished run
+has a decision for the id, the ``deprecate_patch`` line itself can go.
+"""
+
+from __future__ import annotations
+
+import time
+
+from django.utils import timezone
+
+from everystep import serde, store
+from everystep.engine import steps
+from everystep.engine.state import Frame, check_length, check_name, current_frame
+from everystep.errors import WorkflowCodeError
+from everystep.models import StepStatus
+from everystep.values import RecordedStep
+
+PATCH = "everystep.patched"
+
+
+def patched(change_id: str) -> bool:
+    """True if this run reaches this point under the current code, False if its recorded
+    history shows it got past it under the code before ``change_id``. Outside a running
+    workflow body (a direct call, a step body) there is no history: True."""
+    check_name(change_id, "patch change id")
+    frame = _frame()
+    if frame is None:
+        return True
+    run = frame.run
+    step_id = _patch_id(frame, change_id)
+    recorded = run.recorded(step_id)
+    if recorded is not None:
+        decision = _recorded_decision(frame, step_id, recorded, change_id)
+    else:
+        decision = not run.history_beyond(frame.scope.prefix)
+        if not run.checking:
+            _record(frame, step_id, change_id, decision)
+    run.visit(step_id)
+    run.patches.setdefault(change_id, decision)
+    return decision
+
+
+def deprecate_patch(change_id: str) -> None:
+    """Stands where ``patched(change_id)`` stood once its old branch is deleted: decided
+    and recorded the same way, but a run that took (or would now take) the old branch
+    fails with ``WorkflowCodeError`` instead of replaying code it never ran."""
+    frame = _frame()
+    if patched(change_id) or frame is None:
+        return
+    run = frame.run
+    step_id = _patch_id(frame, change_id)
+    raise run.abort(
+        WorkflowCodeError(
+            f"run {run.run_id}: it took the old branch of patch {change_id!r} "
+            f"(at {step_id!r}), which the code no longer has "
+            f"(deprecate_patch({change_id!r})); deploy code with the patched() branch "
+            "again until no unfinished run needs it",
+            step_id=step_id,
+            recorded=f"patched({change_id!r}) = False",
+            called=f"deprecate_patch({change_id!r})",
+        )
+    )
+
+
+def _frame() -> Frame | None:
+    frame = current_frame.get()
+    if frame is None or frame.in_step:
+        return None
+    if frame.run.aborted is not None:
+        raise frame.run.aborted
+    return frame
+
+
+def _patch_id(frame: Frame, change_id: str) -> str:
+    return check_length(f"{frame.scope.prefix}patched {change_id}")
+
+
+def _recorded_decision(frame: Frame, step_id: str, recorded: RecordedStep, change_id: str) -> bool:
+    run = frame.run
+    if recorded.name != PATCH or recorded.status != StepStatus.DONE:
+        raise run.abort(steps.code_changed(run, step_id, recorded.name, f"patched({change_id!r})"))
+    return bool(serde.decode(recorded.result))
+
+
+def _record(frame: Frame, step_id: str, change_id: str, decision: bool) -> None:
+    run = frame.run
+    began = time.monotonic()
+    now = timezone.now()
+    store.record_step(
+        run.claim,
+        step_id=step_id,
+        name=PATCH,
+        args=[change_id],
+        kwargs={},
+        status=StepStatus.DONE,
+        started_at=now,
+        result=decision,
+    )
+    steps.recorded(run, RecordedStep(step_id, PATCH, StepStatus.DONE, decision), began)

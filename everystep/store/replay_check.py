@@ -1,0 +1,87 @@
+"""The reads of the replay check (``everystep_check_replay``): unfinished runs in id order,
+a batch at a time, with their records, inside a read-only transaction.
+
+The check runs against a live production database while workers write to it, so it
+must never write and never hold anything for long: each batch is one short transaction
+that the database itself keeps read-only (a bug, or a workflow body that writes between
+its steps, gets an error instead of changing anything), with a consistent view of the
+batch's runs and steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
+
+from everystep.models import Status, Step, Workflow
+from everystep.values import RecordedStep
+
+# Statuses a run can be replayed from: waiting runs are ``scheduled`` (``due_at`` and
+# ``waiting_for`` say what they wait for).
+CHECKED_STATUSES = (Status.SCHEDULED, Status.RUNNING, Status.BLOCKED)
+
+
+@dataclass(frozen=True)
+class RunToCheck:
+    run_id: UUID
+    workflow: str
+    status: str
+    args: Any
+    records: dict[str, RecordedStep]
+
+
+@contextmanager
+def read_only() -> Iterator[None]:
+    """A transaction the database refuses to write in."""
+    if connection.vendor == "sqlite":
+        # No read-only transactions: the connection itself refuses writes meanwhile.
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA query_only = ON")
+        try:
+            with transaction.atomic():
+                yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("PRAGMA query_only = OFF")
+        return
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            # First statement of the transaction: PostgreSQL sets this transaction's mode;
+            # MariaDB (autocommit off, nothing read yet) sets the one the next read opens.
+            cursor.execute("SET TRANSACTION READ ONLY")
+        yield
+
+
+def unfinished_batch(
+    statuses: tuple[str, ...], workflow: str | None, after: UUID | None, size: int
+) -> list[RunToCheck]:
+    """Up to ``size`` runs in ``statuses`` (of ``workflow``, if given) with ids after
+    ``after``, in id order, with their recorded steps: two queries."""
+    runs = Workflow.objects.filter(status__in=statuses)
+    if workflow is not None:
+        runs = runs.filter(name=workflow)
+    if after is not None:
+        runs = runs.filter(id__gt=after)
+    rows = list(
+        runs.order_by("id")
+        .annotate(recorded=Exists(Step.objects.filter(workflow_id=OuterRef("id"))))
+        .values_list("id", "name", "status", "args", "recorded")[:size]
+    )
+    with_steps = [row[0] for row in rows if row[4]]
+    records: dict[UUID, dict[str, RecordedStep]] = {run_id: {} for run_id in with_steps}
+    if with_steps:
+        steps = Step.objects.filter(workflow_id__in=with_steps).values_list(
+            "workflow_id", "step_id", "name", "status", "result", "error"
+        )
+        for run_id, step_id, name, status, result, error in steps:
+            records[run_id][step_id] = RecordedStep(step_id, name, status, result, error)
+    return [
+        RunToCheck(run_id, name, status, args, records.get(run_id, {}))
+        for run_id, name, status, args, _ in rows
+    ]

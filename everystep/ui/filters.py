@@ -1,0 +1,168 @@
+"""What the runs page is asked for: filters, the search box, the time window and the
+paging cursor, read from the query string once.
+
+Anything can be in a URL: what cannot be used becomes a notice on the page, never an
+error page. A filter no database could store (a NUL, a lone surrogate) matches no run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.http import HttpRequest, QueryDict
+from django.utils import timezone
+
+from everystep import serde
+from everystep.errors import EverystepError
+from everystep.models import Status
+
+FILTER_MAX_LENGTH = 255
+# Text from the query string echoed in a notice is cut to this many characters.
+NOTICE_MAX_LENGTH = 500
+# The longest time a datetime-local or ISO 8601 field can sensibly hold.
+TIME_MAX_LENGTH = 40
+
+
+@dataclass
+class RunsQuery:
+    """The runs page's filters as given, and what was wrong with them."""
+
+    status: str | None = None
+    workflow: str | None = None
+    runner: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    search: str | None = None
+    older_than: UUID | None = None
+    newer_than: UUID | None = None
+    # The text of each field as the form shows it again.
+    shown: dict[str, str] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)
+    # False when a filter holds text no database stores, so no run can match it (and
+    # PostgreSQL would refuse the query).
+    matchable: bool = True
+    # The parameters links carry on (status, paging): the filters in use, never one that
+    # was ignored (a pasted megabyte would be copied into every link), never the cursor.
+    query: QueryDict = field(default_factory=lambda: QueryDict(mutable=True))
+
+    @property
+    def paging(self) -> bool:
+        return self.older_than is not None or self.newer_than is not None
+
+    def list_filters(self) -> dict[str, Any]:
+        """The keyword arguments of ``store.list_runs`` for this query (but ``limit``)."""
+        return self.count_filters() | {
+            "status": self.status,
+            "search": self.search,
+            "older_than": self.older_than,
+            "newer_than": self.newer_than,
+        }
+
+    def count_filters(self) -> dict[str, Any]:
+        """Those of ``store.status_counts``: what narrows the runs but the status and
+        the search (the counts tell what the status links would list)."""
+        return {
+            "name": self.workflow,
+            "runner": self.runner,
+            "created_after": self.created_after,
+            "created_before": self.created_before,
+        }
+
+
+def read(request: HttpRequest, *, refresh: bool) -> RunsQuery:
+    """The runs page's query, checked; ``refresh``: auto-refresh is on."""
+    found = RunsQuery()
+    found.status = _status(request, found)
+    found.workflow = _text(request, "workflow", "The workflow filter", found)
+    found.runner = _text(request, "runner", "The runner filter", found)
+    found.search = _text(request, "q", "The search", found)
+    found.created_after = _moment(request, "created_after", found)
+    found.created_before = _moment(request, "created_before", found)
+    found.older_than = _cursor(request, "older", found)
+    found.newer_than = _cursor(request, "newer", found) if found.older_than is None else None
+    if refresh:
+        found.query["refresh"] = "1"
+    return found
+
+
+def clipped(text: str) -> str:
+    """``text`` cut to a length a notice can echo."""
+    return text if len(text) <= NOTICE_MAX_LENGTH else text[:NOTICE_MAX_LENGTH] + "…"
+
+
+def _status(request: HttpRequest, found: RunsQuery) -> str | None:
+    status = request.GET.get("status") or None
+    if status is not None and status not in Status.values:
+        found.notices.append(
+            f"Unknown status {clipped(status)!r} ignored; use one of {', '.join(Status.values)}."
+        )
+        return None
+    if status is not None:
+        found.query["status"] = status
+    return status
+
+
+def _text(request: HttpRequest, param: str, what: str, found: RunsQuery) -> str | None:
+    value = request.GET.get(param, "").strip()
+    try:
+        serde.storable_text(value, what)
+    except EverystepError as exc:
+        found.notices.append(f"{exc}; no run matches it.")
+        found.matchable = False
+        found.shown[param] = clipped(serde.printable(value))
+        return None
+    if len(value) > FILTER_MAX_LENGTH:
+        found.notices.append(f"{what} is longer than {FILTER_MAX_LENGTH} characters.")
+        if param == "q":
+            # No run id or key is that long: the search finds nothing. A filter is
+            # dropped instead, as the page has always done.
+            found.notices.append("No run matches a search that long.")
+            found.matchable = False
+        return None
+    if value:
+        found.query[param] = value
+        found.shown[param] = value
+    return value or None
+
+
+def _moment(request: HttpRequest, param: str, found: RunsQuery) -> datetime | None:
+    """A time filter: ``YYYY-MM-DD[THH:MM[:SS]]`` in the project's time zone (what a
+    datetime-local field sends), or with an explicit UTC offset."""
+    text = request.GET.get(param, "").strip()
+    if not text:
+        return None
+    what = param.replace("_", " ")
+    try:
+        if len(text) > TIME_MAX_LENGTH:
+            raise ValueError
+        moment = datetime.fromisoformat(text).replace(microsecond=0)
+        if timezone.is_naive(moment):
+            moment = timezone.make_aware(moment)
+        # Far-off years overflow here rather than later, in a query.
+        local = timezone.localtime(moment)
+    except (ValueError, OverflowError):
+        found.notices.append(
+            f"The {what} time {clipped(serde.printable(text))!r} ignored; "
+            "write it as YYYY-MM-DD or YYYY-MM-DDTHH:MM."
+        )
+        return None
+    # Written back in the project's time zone, as the datetime-local field takes it.
+    shown = local.replace(tzinfo=None).isoformat("T", "minutes" if local.second == 0 else "seconds")
+    found.query[param] = found.shown[param] = shown
+    return moment
+
+
+def _cursor(request: HttpRequest, param: str, found: RunsQuery) -> UUID | None:
+    text = request.GET.get(param, "").strip()
+    if not text:
+        return None
+    try:
+        if len(text) > 64:
+            raise ValueError
+        return UUID(text)
+    except ValueError:
+        found.notices.append(f"The paging position {clipped(serde.printable(text))!r} ignored.")
+        return None

@@ -1,0 +1,229 @@
+"""``everystep_check_replay``: unfinished runs replayed against new code, nothing written,
+no step body run; ``patched()`` makes an incompatible change pass."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from everystep import schedule
+from everystep.engine.check import check_replay
+from everystep.models import Event, Step, Workflow
+from everystep.testing import deployed, run_due
+from tests.testapp import versioned as v
+from tests.testapp.models import Execution
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def database_state() -> list[Any]:
+    """Every row the check could write, with the columns a write would change."""
+    return [
+        sorted(
+            Workflow.objects.values_list(
+                "id", "status", "claimed_by", "claim_token", "due_at", "waiting_for", "error"
+            ),
+            key=str,
+        ),
+        sorted(Step.objects.values_list("workflow_id", "step_id", "status", "result"), key=str),
+        sorted(Event.objects.values_list("workflow_id", "name"), key=str),
+        Execution.objects.count(),
+    ]
+
+
+def check(*args: str) -> tuple[int, dict[str, Any]]:
+    """Run the command with --json: (exit status, report)."""
+    out = StringIO()
+    try:
+        call_command("everystep_check_replay", "--json", *args, stdout=out)
+        status = 0
+    except SystemExit as exc:
+        status = int(exc.code or 0)
+    return status, json.loads(out.getvalue())
+
+
+def checked_without_effects(body: Callable[[], Any]) -> Any:
+    """Run ``body`` (a check) and require that it wrote nothing and ran no step body."""
+    before, calls = database_state(), dict(v.CALLS)
+    result = body()
+    assert database_state() == before, "the check changed the database"
+    assert dict(v.CALLS) == calls, "the check ran a step body"
+    return result
+
+
+@pytest.fixture
+def parked_orders() -> list[Workflow]:
+    """Three runs of order version 1 parked at their wait (past the charge), and one not
+    started yet."""
+    runs = [schedule(v.order, n) for n in (1, 2, 3)]
+    run_due()
+    assert all(Workflow.objects.get(id=r.id).waiting_for == "go" for r in runs)
+    runs.append(schedule(v.order, 4))
+    return runs
+
+
+def by_workflow(report: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(entry for entry in report["workflows"] if entry["workflow"] == name)
+
+
+def test_a_compatible_change_passes(parked_orders):
+    with deployed(v.order, v.order_compatible):
+        status, report = checked_without_effects(check)
+    assert status == 0
+    assert (report["ok"], report["checked"], report["failing"]) == (True, 4, 0)
+
+
+def test_an_incompatible_change_names_the_step_and_both_functions(parked_orders):
+    with deployed(v.order, v.order_taxed):
+        status, report = checked_without_effects(check)
+    assert status == 1
+    entry = by_workflow(report, "tests.versioned.order")
+    assert entry["checked"] == 4
+    failing = {f["run_id"]: f for f in entry["failing"]}
+    assert set(failing) == {str(run.id) for run in parked_orders[:3]}, "the fresh run passes"
+    for failure in failing.values():
+        assert failure["step_id"] == "2"
+        assert failure["recorded"] == "tests.testapp.versioned.charge"
+        assert failure["called"] == "tests.testapp.versioned.charge_with_tax"
+        assert failure["status"] == "scheduled"
+
+
+def test_the_text_report_lists_the_failing_runs_and_exits_1(parked_orders):
+    out = StringIO()
+    with deployed(v.order, v.order_taxed), pytest.raises(SystemExit) as exit_:
+        call_command("everystep_check_replay", stdout=out)
+    assert exit_.value.code == 1
+    text = out.getvalue()
+    assert "FAIL tests.versioned.order: 4 runs checked, 3 of 4 runs would fail" in text
+    assert (
+        f"run {parked_orders[0].id} (scheduled): step 2: recorded "
+        "tests.testapp.versioned.charge, the code now calls "
+        "tests.testapp.versioned.charge_with_tax"
+    ) in text
+    assert text.rstrip().endswith("would fail after a deploy of this code")
+
+
+def test_with_patched_the_same_change_passes_and_the_patch_is_counted(parked_orders):
+    with deployed(v.order, v.order_patched):
+        status, report = checked_without_effects(check)
+    assert status == 0, report
+    entry = by_workflow(report, "tests.versioned.order")
+    # The three parked runs are past the patch (old branch); the fresh one has not
+    # started, so its replay stops at its first step, before the patch.
+    assert entry["patches"] == [{"change_id": "tax", "new_branch": 0, "old_branch": 3}]
+
+
+def test_deprecate_patch_is_reported_while_runs_need_the_old_branch(parked_orders):
+    with deployed(v.order, v.order_deprecated):
+        status, report = checked_without_effects(check)
+    assert status == 1
+    failing = by_workflow(report, "tests.versioned.order")["failing"]
+    assert len(failing) == 3
+    assert {(f["step_id"], f["recorded"], f["called"]) for f in failing} == {
+        ("patched tax", "patched('tax') = False", "deprecate_patch('tax')")
+    }
+
+
+def test_the_check_follows_each_run_down_its_recorded_branch():
+    """The body branches on a recorded result and on context.current(): only the run
+    that went down the changed branch is reported."""
+    large, little = schedule(v.branchy, 9), schedule(v.branchy, 2)
+    run_due()
+    with deployed(v.branchy, v.branchy_v2):
+        status, report = checked_without_effects(check)
+    assert status == 1
+    failing = by_workflow(report, "tests.versioned.branchy")["failing"]
+    assert [(f["run_id"], f["step_id"]) for f in failing] == [(str(little.id), "2")]
+    assert failing[0]["recorded"].endswith(".small")
+    assert failing[0]["called"].endswith(".small_v2")
+    assert str(large.id) not in {f["run_id"] for f in failing}
+
+
+def test_a_fork_branch_change_is_found_and_patched_in_the_branch():
+    run = schedule(v.fanout, 5)
+    run_due()
+    with deployed(v.fanout, v.fanout_taxed):
+        status, report = checked_without_effects(check)
+    assert status == 1
+    (failure,) = by_workflow(report, "tests.versioned.fanout")["failing"]
+    assert (failure["run_id"], failure["step_id"]) == (str(run.id), "1.1.1")
+    with deployed(v.fanout, v.fanout_patched):
+        status, report = checked_without_effects(check)
+    assert status == 0, report
+
+
+def test_an_unregistered_workflow_and_a_changed_signature_are_reported(parked_orders):
+    orphan = Workflow.objects.create(name="tests.versioned.gone", args=[1])
+    with deployed(v.order, v.order_new_argument):
+        status, report = checked_without_effects(check)
+    assert status == 1
+    (gone,) = by_workflow(report, "tests.versioned.gone")["failing"]
+    assert gone["run_id"] == str(orphan.id)
+    assert "no @workflow is registered under 'tests.versioned.gone'" in gone["reason"]
+    reasons = [f["reason"] for f in by_workflow(report, "tests.versioned.order")["failing"]]
+    assert len(reasons) == 4  # the fresh run too: its body cannot even start
+    assert all(r.startswith("the body raises TypeError") for r in reasons)
+
+
+def test_a_body_that_writes_between_steps_is_refused_by_the_database(parked_orders):
+    with deployed(v.order, v.order_writes_between_steps):
+        status, report = checked_without_effects(check)
+    assert status == 1
+    failing = by_workflow(report, "tests.versioned.order")["failing"]
+    # The three runs past the first step reach the write; every one is refused, and each
+    # run after a refused one is still checked (a savepoint per run).
+    assert len(failing) == 3
+    assert all(f["reason"].startswith("the body raises") for f in failing)
+
+
+def test_filters_and_limit():
+    first = [schedule(v.order, n) for n in (1, 2, 3)]
+    run_due()
+    other = schedule(v.branchy, 1)
+    run_due()
+    with deployed(v.order, v.order_taxed):
+        status, report = check("--workflow", "tests.versioned.branchy")
+        assert (status, report["checked"]) == (0, 1)
+        status, report = check("--limit", "2")
+        assert (status, report["checked"], report["truncated"]) == (1, 2, True)
+        assert [f["run_id"] for f in report["workflows"][0]["failing"]] == [
+            str(first[0].id),
+            str(first[1].id),
+        ], "oldest first"
+        status, report = check("--status", "running", "--status", "blocked")
+        assert (status, report["checked"]) == (0, 0)
+    Workflow.objects.filter(id=other.id).update(status="completed")
+    status, report = check("--workflow", "tests.versioned.branchy")
+    assert (status, report["checked"]) == (0, 0), "finished runs are not checked"
+
+
+def test_batches_cover_every_run(monkeypatch):
+    monkeypatch.setattr("everystep.engine.check.BATCH", 2)
+    runs = [schedule(v.order, n) for n in range(5)]
+    run_due()
+    with deployed(v.order, v.order_taxed):
+        report = check_replay()
+    assert report.checked == 5
+    failing = report.workflows["tests.versioned.order"].failures
+    assert sorted(str(f.run_id) for f in failing) == sorted(str(r.id) for r in runs)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--status", "completed"], "invalid choice"),
+        (["--limit", "0"], "--limit must be at least 1"),
+        (["--workflow", "a\x00b"], "NUL"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(args, message):
+    with pytest.raises(CommandError, match=message) as error:
+        call_command("everystep_check_replay", *args)
+    if args[0] != "--status":  # argparse's own errors exit 2 from the command line
+        assert error.value.returncode == 2, "1 would read as 'runs would fail'"
