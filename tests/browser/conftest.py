@@ -46,6 +46,8 @@ RUNNER = Path(sys.executable).with_name("everystep-runner")
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 AXE = HERE / "node_modules" / "axe-core" / "axe.min.js"
+# Screenshots a run leaves for people to look at (build/ is not in git).
+SHOTS = ROOT / "build" / "screenshots"
 STARTUP_TIMEOUT = 90.0  # migrate + gunicorn on a busy 2-core machine
 SHUTDOWN_TIMEOUT = 60.0  # the demo drains its worker (nothing in flight by then)
 
@@ -231,9 +233,20 @@ def ui(browser: Any, demo_url: str) -> Iterator[BrowserPage]:
         context.close()
 
 
-def demo_python(data_dir: Path, script: str) -> None:
+def save_screenshot(ui: BrowserPage, name: str) -> Path:
+    """The whole page as ``build/screenshots/<name>``, checked to be a real picture."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    path = SHOTS / name
+    ui.page.screenshot(path=str(path), full_page=True)
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    assert len(data) > 10_000, f"{path} is only {len(data)} bytes"
+    return path
+
+
+def demo_python(data_dir: Path, script: str) -> str:
     """Run ``script`` with Django set up on the demo's settings and database: how a test
-    adds rows the six sample runs do not give."""
+    adds rows the six sample runs do not give. Returns what it printed."""
     env = _demo_env(data_dir) | {"DJANGO_SETTINGS_MODULE": "everystep_runner.demo.settings"}
     prelude = "import django; django.setup()\n"
     done = subprocess.run(
@@ -245,6 +258,7 @@ def demo_python(data_dir: Path, script: str) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 @pytest.fixture(scope="session")

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.browser.conftest import BrowserPage, axe_violations
+from tests.browser.conftest import BrowserPage, axe_violations, save_screenshot
 
 WORKFLOWS = ("demo.place_order", "demo.sync_catalogue", "demo.nightly_report")
 # (workflow, status) -> runs: the three orders, one stopped on fraud; the two syncs, one failing.
@@ -155,9 +154,7 @@ def test_auto_refresh_box_reloads_the_page(ui: BrowserPage) -> None:
     ui.assert_no_console_errors()
 
 
-def test_completed_order_page_shows_steps_graph_and_timeline(
-    ui: BrowserPage, tmp_path: Path
-) -> None:
+def test_completed_order_page_shows_steps_graph_and_timeline(ui: BrowserPage) -> None:
     page = ui.page
     open_runs_with_outcomes(ui)
     order = rows_with(ui, "demo.place_order", "completed").first
@@ -212,7 +209,7 @@ def test_completed_order_page_shows_steps_graph_and_timeline(
     lanes = timeline.locator(".es-lane")
     expect()(lanes).to_have_count(len(ORDER_STEPS))
     # Lanes follow start order: the two branches of the fork may start either way round.
-    labels = [text.strip() for text in lanes.locator(".es-lane-label").all_inner_texts()]
+    labels = [text.strip() for text in lanes.locator(".es-lane-label code").all_inner_texts()]
     assert labels[:3] == ["1", "fraud", "3"], labels
     assert sorted(labels[3:]) == ["notify.0.1", "notify.1.1"], labels
     expect()(timeline.locator(".es-bar.es-done")).to_have_count(len(ORDER_STEPS))
@@ -227,11 +224,7 @@ def test_completed_order_page_shows_steps_graph_and_timeline(
             and bar["x"] + bar["width"] <= track["x"] + track["width"] + 0.5
         )
 
-    shot = tmp_path / "run.png"
-    page.screenshot(path=str(shot), full_page=True)
-    data = shot.read_bytes()
-    assert data.startswith(b"\x89PNG\r\n\x1a\n")
-    assert len(data) > 10_000, f"{shot} is only {len(data)} bytes"
+    save_screenshot(ui, "run.png")
     ui.assert_no_console_errors()
 
 
@@ -278,13 +271,6 @@ def test_failed_sync_page_shows_its_error(ui: BrowserPage) -> None:
     ui.assert_no_console_errors()
 
 
-def save_screenshot(ui: BrowserPage, path: Path) -> None:
-    ui.page.screenshot(path=str(path), full_page=True)
-    data = path.read_bytes()
-    assert data.startswith(b"\x89PNG\r\n\x1a\n")
-    assert len(data) > 10_000, f"{path} is only {len(data)} bytes"
-
-
 def search_from_top_bar(ui: BrowserPage, text: str) -> None:
     box = ui.page.get_by_role("searchbox", name="Find a run")
     box.fill(text)
@@ -292,7 +278,7 @@ def search_from_top_bar(ui: BrowserPage, text: str) -> None:
         box.press("Enter")
 
 
-def test_pasting_a_run_id_into_the_top_bar_opens_the_run(ui: BrowserPage, tmp_path: Path) -> None:
+def test_pasting_a_run_id_into_the_top_bar_opens_the_run(ui: BrowserPage) -> None:
     page = ui.page
     open_runs_with_outcomes(ui)
     run_id = rows_with(ui, "demo.sync_catalogue", "failed").locator("a.es-id").inner_text()
@@ -301,7 +287,7 @@ def test_pasting_a_run_id_into_the_top_bar_opens_the_run(ui: BrowserPage, tmp_pa
     search_from_top_bar(ui, f"  {run_id.strip().upper()} ")
     assert page.url.rstrip("/").endswith(f"/runs/{run_id.strip()}"), page.url
     expect()(page.locator("h1")).to_contain_text("demo.sync_catalogue")
-    save_screenshot(ui, tmp_path / "search-hit.png")
+    save_screenshot(ui, "search-hit.png")
 
     # The six demo runs were scheduled within a second: they share their first 8 digits,
     # so that prefix lists them all; a prefix nobody has says so.
@@ -311,14 +297,12 @@ def test_pasting_a_run_id_into_the_top_bar_opens_the_run(ui: BrowserPage, tmp_pa
     search_from_top_bar(ui, "not-an-order")
     expect()(page.locator(".es-notice")).to_contain_text("No run matches 'not-an-order'")
     expect()(rows(ui)).to_have_count(1)  # the "No runs." row
-    save_screenshot(ui, tmp_path / "search-miss.png")
+    save_screenshot(ui, "search-miss.png")
     ui.assert_no_console_errors()
 
 
 @pytest.mark.parametrize("where", ["runs", "run", "runners"])
-def test_pages_pass_the_axe_core_rules(
-    ui: BrowserPage, axe_source: str, tmp_path: Path, where: str
-) -> None:
+def test_pages_pass_the_axe_core_rules(ui: BrowserPage, axe_source: str, where: str) -> None:
     """axe-core finds no violation on the runs list, a run's page and the runners page;
     no rule is disabled."""
     page = ui.page
@@ -329,7 +313,7 @@ def test_pages_pass_the_axe_core_rules(
     elif where == "runners":
         page.goto(ui.url("/runners/"))
     assert axe_violations(page, axe_source) == []
-    save_screenshot(ui, tmp_path / f"{where}.png")
+    save_screenshot(ui, f"axe-{where}.png")
     ui.assert_no_console_errors()
 
 

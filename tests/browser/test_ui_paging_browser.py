@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import BrowserPage, axe_violations, demo_python
+from tests.browser.conftest import BrowserPage, axe_violations, demo_python, save_screenshot
 
 ADDED = 450
 DEMO_RUNS = 6
@@ -39,9 +39,10 @@ def follow(ui: BrowserPage, name: str) -> None:
         ui.page.get_by_role("link", name=name).click()
 
 
-def test_older_and_newer_walk_the_list(ui: BrowserPage, many_runs: int, tmp_path: Path) -> None:
+def test_older_and_newer_walk_the_list(ui: BrowserPage, many_runs: int) -> None:
     page = ui.page
     page.goto(ui.url("/"))
+    save_screenshot(ui, "runs-first-page.png")
     first = listed(ui)
     assert len(first) == 200 and first == sorted(first, reverse=True)
     expect()(page.get_by_role("link", name="← Newer")).to_have_count(0)
@@ -54,7 +55,7 @@ def test_older_and_newer_walk_the_list(ui: BrowserPage, many_runs: int, tmp_path
     assert len(third) == many_runs - 400 and max(third) < min(second)
     expect()(page.get_by_role("link", name="Older →")).to_have_count(0)
     assert len(set(first + second + third)) == many_runs
-    ui.page.screenshot(path=str(tmp_path / "last-page.png"), full_page=True)
+    save_screenshot(ui, "runs-last-page.png")
 
     follow(ui, "← Newer")
     assert listed(ui) == second
