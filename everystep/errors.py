@@ -112,9 +112,10 @@ class Suspended(RunInterrupted):
 
 
 class ReachedNewWork(RunInterrupted):
-    """Internal: a replay check (``everystep_check_replay``) reached a step, a wait or a
-    patch decision with no record. Everything before it replayed against the installed
-    code; what follows would be new work, which a check never does."""
+    """Internal: a replay check (``everystep_check_replay``) reached a step or a wait with
+    no record. Everything before it replayed against the installed code; what follows
+    would be new work, which a check never does. (A patch with no record is decided, not
+    recorded, so the check follows the run down the branch a worker would take.)"""
 
     def __init__(self, step_id: str) -> None:
         super().__init__(f"replay reached step {step_id}, which has no record")

@@ -3,8 +3,10 @@
 Each run is replayed the way a worker's next pass would replay it — the body runs,
 recorded outcomes are served, ``context.current()`` and recorded results steer it as
 they will — except that nothing is written and no step body runs: the replay stops at
-the first step, wait or patch decision with no record (``ReachedNewWork``), which is new
-work the new code is free to do its own way. What it can find:
+the first step or wait with no record (``ReachedNewWork``), which is new work the new
+code is free to do its own way. A ``patched`` call with no record is decided as a worker
+would decide it, but not recorded, so an old run is followed down its old branch. What
+it can find:
 
 - a recorded step, wait or patch where the body now calls something else
   (``WorkflowCodeError``, with the step id and both functions);

@@ -2,9 +2,10 @@
 
 A change to a body's steps is shipped as ``if patched("id"): <new> else: <old>``. The
 question ``patched`` answers at its call: did this run get past this point under the
-code before the change? It did if it recorded anything in the same scope that this pass
-has not replayed yet (records only old code made: the pass is at the patch, the history
-goes on). Such a run gets False and keeps replaying the old branch; every other run —
+code before the change? It did if it recorded a step or wait in the same scope that this
+pass has not replayed yet (records only old code made: the pass is at the patch, the
+history goes on). Other patch decisions do not count: they hold no position new code
+could clash with. Such a run gets False and keeps replaying the old branch; every other run —
 new, or stopped before this point by a crash, a drain or a wait — gets True.
 
 The answer is recorded as a ``done`` step named ``everystep.patched`` whose result is the
@@ -19,7 +20,8 @@ decides and records like ``patched`` (so runs started under it replay), and runs
 took the new branch (or never got that far) replay; a run that needs the old branch
 fails with ``WorkflowCodeError``. ``everystep_check_replay`` reports such runs before the
 deploy, and how many runs still take each patch's old branch. Once no unfinished run
-has a decision for the id, the ``deprecate_patch`` line itself can go.
+needs the old branch (the check passes with ``deprecate_patch`` in place), the line
+itself can go: a decision nobody reaches any more is ignored (``history_beyond``).
 """
 
 from __future__ import annotations
@@ -30,12 +32,12 @@ from django.utils import timezone
 
 from everystep import serde, store
 from everystep.engine import steps
-from everystep.engine.state import Frame, check_length, check_name, current_frame
+from everystep.engine.state import PATCH_RECORD, Frame, check_length, check_name, current_frame
 from everystep.errors import WorkflowCodeError
 from everystep.models import StepStatus
 from everystep.values import RecordedStep
 
-PATCH = "everystep.patched"
+PATCH = PATCH_RECORD
 
 
 def patched(change_id: str) -> bool:

@@ -19,6 +19,8 @@ from everystep.serde import storable_text
 from everystep.values import Claim, RecordedStep
 
 MAX_STEP_ID_LENGTH = 300
+# The name under which ``patched`` records a decision (``everystep.engine.patches``).
+PATCH_RECORD = "everystep.patched"
 
 
 class Scope:
@@ -107,12 +109,17 @@ class RunState:
             self.visited.add(step_id)
 
     def history_beyond(self, prefix: str) -> bool:
-        """Whether the run recorded anything in the scope ``prefix`` (its forks' branches
-        included) that this pass has not reached: the run went past this point before."""
+        """Whether the run recorded a step or wait in the scope ``prefix`` (its forks'
+        branches included) that this pass has not reached: the run went past this point
+        before. Patch decisions do not count: they take no position, so new code from
+        here cannot clash with them, and one whose call was since deleted (a removed
+        ``deprecate_patch`` line) is never reached again."""
         with self.lock:
             return any(
-                step_id.startswith(prefix) and step_id not in self.visited
-                for step_id in self.records
+                step_id.startswith(prefix)
+                and step_id not in self.visited
+                and record.name != PATCH_RECORD
+                for step_id, record in self.records.items()
             )
 
     def writing(self, step_id: str) -> None:

@@ -19,6 +19,7 @@ from uuid import UUID
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 
+from everystep.errors import EverystepError
 from everystep.models import Status, Step, Workflow
 from everystep.values import RecordedStep
 
@@ -38,7 +39,13 @@ class RunToCheck:
 
 @contextmanager
 def read_only() -> Iterator[None]:
-    """A transaction the database refuses to write in."""
+    """A transaction the database refuses to write in, with one snapshot for all its
+    reads. Refused inside an open transaction: the mode must be set before its first
+    statement, and would otherwise leak into the caller's transaction."""
+    if connection.in_atomic_block:
+        raise EverystepError(
+            "the replay check must run outside a transaction (it opens read-only ones)"
+        )
     if connection.vendor == "sqlite":
         # No read-only transactions: the connection itself refuses writes meanwhile.
         with connection.cursor() as cursor:
@@ -54,7 +61,9 @@ def read_only() -> Iterator[None]:
         with connection.cursor() as cursor:
             # First statement of the transaction: PostgreSQL sets this transaction's mode;
             # MariaDB (autocommit off, nothing read yet) sets the one the next read opens.
-            cursor.execute("SET TRANSACTION READ ONLY")
+            # Repeatable read: the runs and their steps, read by separate queries while
+            # workers write, come from one snapshot (Django's default is read committed).
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         yield
 
 

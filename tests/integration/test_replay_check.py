@@ -11,11 +11,13 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import transaction
 
 from everystep import schedule
 from everystep.engine.check import check_replay
+from everystep.errors import EverystepError
 from everystep.models import Event, Step, Workflow
-from everystep.testing import deployed, run_due
+from everystep.testing import crash_at, deployed, run_due
 from tests.testapp import versioned as v
 from tests.testapp.models import Execution
 
@@ -128,6 +130,53 @@ def test_deprecate_patch_is_reported_while_runs_need_the_old_branch(parked_order
     assert {(f["step_id"], f["recorded"], f["called"]) for f in failing} == {
         ("patched tax", "patched('tax') = False", "deprecate_patch('tax')")
     }
+
+
+def test_the_check_says_when_deprecate_patch_may_replace_a_patch():
+    """Every unfinished run took the new branch: the report says the old one may go."""
+    with deployed(v.order, v.order_patched):
+        runs = [schedule(v.order, n) for n in (1, 2)]
+        run_due()  # both decide "tax" (new branch), charge with tax, and park at the wait
+        out = StringIO()
+        checked_without_effects(lambda: call_command("everystep_check_replay", stdout=out))
+        status, report = check()
+    assert status == 0 and report["complete"] is True
+    entry = by_workflow(report, "tests.versioned.order")
+    assert entry["patches"] == [{"change_id": "tax", "new_branch": len(runs), "old_branch": 0}]
+    assert (
+        "patch 'tax': no checked run takes the old branch (2 the new); "
+        "deprecate_patch('tax') may replace it"
+    ) in out.getvalue()
+    # Not said when the check saw only some of the runs.
+    with deployed(v.order, v.order_patched):
+        _, partial = check("--limit", "1")
+    assert partial["complete"] is False
+
+
+def test_running_and_blocked_runs_are_checked_and_left_as_they_are(blocked_run):
+    """A run left running by a dead worker keeps its claim; a blocked run stays blocked."""
+    running = schedule(v.order, 7)
+    with crash_at("after_record", v.charge):  # the worker dies once the charge is recorded
+        run_due()
+    assert Workflow.objects.get(id=running.id).status == "running"
+    with deployed(v.order, v.order_taxed):
+        status, report = checked_without_effects(
+            lambda: check("--status", "running", "--status", "blocked")
+        )
+    assert (status, report["checked"]) == (1, 2)
+    (failure,) = by_workflow(report, "tests.versioned.order")["failing"]
+    assert (failure["run_id"], failure["status"], failure["step_id"]) == (
+        str(running.id),
+        "running",
+        "2",
+    )
+    assert by_workflow(report, blocked_run.name)["failing"] == []
+
+
+def test_the_check_refuses_to_run_inside_a_transaction(parked_orders):
+    """Its read-only mode would leak into the caller's transaction."""
+    with transaction.atomic(), pytest.raises(EverystepError, match="outside a transaction"):
+        check_replay()
 
 
 def test_the_check_follows_each_run_down_its_recorded_branch():

@@ -150,6 +150,21 @@ def test_deprecate_patch_replays_new_branch_runs_and_fails_old_branch_ones():
     assert executed(old, "ship") == 0
 
 
+def test_a_removed_patch_leaves_no_mark_on_a_later_patch():
+    """A decision recorded by a patch call since deleted is not history past a new
+    patch: a run parked before the new patch's point takes its new branch."""
+    with deployed(v.order, v.order_deprecated):
+        parked = schedule(v.order, 4)
+        run_due()  # "patched tax" = True, reserve, charge with tax; waiting for "go"
+    with deployed(v.order, v.order_express):
+        send(parked.id, "go")
+        run_due()
+    assert fresh(parked).result == ["reserved 4", "charged 4 with tax", "shipped 4 express"]
+    assert steps_of(parked)["patched tax"] == ("patched", True)
+    assert steps_of(parked)["patched express"] == ("patched", True)
+    assert (executed(parked, "ship"), executed(parked, "ship_express")) == (0, 1)
+
+
 def test_patched_outside_a_run_is_true_and_change_ids_are_checked():
     from everystep import patched
 

@@ -90,6 +90,21 @@ def order_deprecated(order_id: int) -> list[str]:
     return [reserved, charged, ship(order_id)]
 
 
+@step
+def ship_express(order_id: int) -> str:
+    _ran("ship_express")
+    return f"shipped {order_id} express"
+
+
+def order_express(order_id: int) -> list[str]:
+    """Version 4: the ``deprecate_patch("tax")`` line is gone, a new patch after the wait."""
+    reserved = reserve(order_id)
+    charged = charge_with_tax(order_id)
+    wait_for("go")
+    shipped = ship_express(order_id) if patched("express") else ship(order_id)
+    return [reserved, charged, shipped]
+
+
 def order_compatible(order_id: int) -> list[str]:
     """A compatible change: only what follows the wait is new (no run recorded it)."""
     reserved = reserve(order_id)
