@@ -286,9 +286,9 @@ def status_counts(
 
     Counting stops at ``cap + 1`` per status (a value above ``cap`` means "more than
     ``cap``"): each status is counted over at most that many entries of its index
-    (``status, id``, with the time window as an id range; ``claimed_by, status`` for a
-    runner), so the runs page costs the same with a million finished runs as with a
-    thousand.
+    (``status, id``, with the time window as an id range; ``name, status, id`` for a
+    workflow; ``claimed_by, status, name`` for a runner), so the runs page costs the same
+    with a million finished runs as with a thousand.
     """
     runs = _filtered(name=name, runner=runner).filter(**id_bounds(created_after, created_before))
     return {

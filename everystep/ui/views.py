@@ -98,13 +98,15 @@ def runs(request: HttpRequest) -> HttpResponse:
     name, runner and creation time, or searched by run id, id prefix or idempotency key.
     A search that finds exactly one run opens it."""
     asked = filters.read(request, refresh=_refresh(request) is not None)
-    if asked.matchable:
-        found = store.list_runs(**asked.list_filters(), limit=RUNS_LIMIT + 1)
-        counts = store.status_counts(**asked.count_filters())
-    else:
-        found, counts = [], dict.fromkeys(Status.values, 0)
+    found = store.list_runs(**asked.list_filters(), limit=RUNS_LIMIT + 1) if asked.matchable else []
     if asked.search is not None and not asked.paging and len(found) == 1:
         return redirect("everystep:run", found[0].id)
+    # Counted only for a page that shows them: a search's single hit is answered above.
+    counts = (
+        store.status_counts(**asked.count_filters())
+        if asked.matchable
+        else dict.fromkeys(Status.values, 0)
+    )
     page = _page(found, asked)
     if asked.search is not None and not found:
         asked.notices.append(_no_match(asked.search))

@@ -111,6 +111,17 @@ def test_unique_prefix_opens_the_run(staff):
     assert_opens(staff, run.id.hex[:20].upper(), run)
 
 
+def test_a_single_hit_is_answered_without_counting(staff):
+    """Opening the one run found costs the search alone: no status is counted."""
+    from django.test.utils import CaptureQueriesContext
+
+    run = make_run(idempotency_key="order-4712")
+    with CaptureQueriesContext(connection) as queries:
+        assert_opens(staff, "order-4712", run)
+    counting = [q["sql"] for q in queries.captured_queries if "COUNT(" in q["sql"].upper()]
+    assert counting == []
+
+
 def test_idempotency_key_opens_the_run(staff):
     """An idempotency key, matched exactly, opens the run that has it."""
     run = make_run(idempotency_key="order-4711")
