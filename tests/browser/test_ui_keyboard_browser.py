@@ -130,6 +130,15 @@ def test_tab_reaches_every_control_with_a_visible_focus(
     ui.assert_no_console_errors()
 
 
+def tab_to(ui: BrowserPage, focused: str, what: str, limit: int = 200) -> None:
+    """Press Tab until the JavaScript test ``focused`` holds."""
+    for _ in range(limit):
+        ui.page.keyboard.press("Tab")
+        if ui.page.evaluate(f"() => {focused}"):
+            return
+    pytest.fail(f"Tab never reached {what}")
+
+
 def test_an_event_is_sent_from_the_keyboard(
     signed_in: BrowserPage, seeded: tuple[str, str]
 ) -> None:
@@ -137,19 +146,9 @@ def test_an_event_is_sent_from_the_keyboard(
     ui, (waiting, _blocked) = signed_in, seeded
     page = ui.page
     page.goto(ui.url(f"/runs/{waiting}/"))
-    for _ in range(200):
-        page.keyboard.press("Tab")
-        if page.evaluate("() => document.activeElement.name") == "name":
-            break
-    else:
-        pytest.fail("Tab never reached the event name field")
+    tab_to(ui, "document.activeElement.name === 'name'", "the event name field")
     page.keyboard.type("approval")
-    for _ in range(5):
-        page.keyboard.press("Tab")
-        if page.evaluate("() => document.activeElement.innerText") == "Send event":
-            break
-    else:
-        pytest.fail("Tab never reached the Send event button")
+    tab_to(ui, "document.activeElement.innerText === 'Send event'", "the Send event button")
     with page.expect_navigation():
         page.keyboard.press("Enter")
     expect()(page.locator(".es-notice")).to_contain_text("Done: event sent.")
