@@ -37,8 +37,6 @@ from everystep.errors import WorkflowCodeError
 from everystep.models import StepStatus
 from everystep.values import RecordedStep
 
-PATCH = PATCH_RECORD
-
 
 def patched(change_id: str) -> bool:
     """True if this run reaches this point under the current code, False if its recorded
@@ -99,7 +97,7 @@ def _patch_id(frame: Frame, change_id: str) -> str:
 
 def _recorded_decision(frame: Frame, step_id: str, recorded: RecordedStep, change_id: str) -> bool:
     run = frame.run
-    if recorded.name != PATCH or recorded.status != StepStatus.DONE:
+    if recorded.name != PATCH_RECORD or recorded.status != StepStatus.DONE:
         raise run.abort(steps.code_changed(run, step_id, recorded.name, f"patched({change_id!r})"))
     return bool(serde.decode(recorded.result))
 
@@ -111,11 +109,11 @@ def _record(frame: Frame, step_id: str, change_id: str, decision: bool) -> None:
     store.record_step(
         run.claim,
         step_id=step_id,
-        name=PATCH,
+        name=PATCH_RECORD,
         args=[change_id],
         kwargs={},
         status=StepStatus.DONE,
         started_at=now,
         result=decision,
     )
-    steps.recorded(run, RecordedStep(step_id, PATCH, StepStatus.DONE, decision), began)
+    steps.recorded(run, RecordedStep(step_id, PATCH_RECORD, StepStatus.DONE, decision), began)
