@@ -20,7 +20,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.contrib.admin.views.decorators import staff_member_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render, resolve_url
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
@@ -124,8 +124,11 @@ def runs(request: HttpRequest) -> HttpResponse:
         "notices": asked.notices,
         "refresh_seconds": _refresh(request),
         "statuses": Status.values,
-        "query": asked.query,
-        "counts": {name: _count_label(count) for name, count in counts.items()},
+        "all_href": _runs_link(asked.query, status=None),
+        "counts": [
+            (name, _count_label(count), _runs_link(asked.query, status=name))
+            for name, count in counts.items()
+        ],
         "count_cap": f"{store.COUNT_CAP:,}",
         "status": asked.status,
         "shown": asked.shown,
@@ -134,10 +137,27 @@ def runs(request: HttpRequest) -> HttpResponse:
         "rows": rows,
         "page": page,
         "limit": RUNS_LIMIT,
-        # Links start from the page's path: an empty query string would keep the cursor.
-        "runs_url": reverse("everystep:runs"),
+        "paging": {
+            "newest": _runs_link(asked.query),
+            "newer": _runs_link(asked.query, newer=page.newer) if page.newer else None,
+            "older": _runs_link(asked.query, older=page.older) if page.older else None,
+        },
     }
     return render(request, "everystep/runs.html", context)
+
+
+def _runs_link(query: QueryDict, **changes: object) -> str:
+    """The runs page with ``query`` changed (None drops a parameter). Links start from
+    the page's path, since an empty query string would keep the cursor; built here, not
+    with ``{% querystring %}``, which writes a bare "?" for nothing under Django 6 only."""
+    changed = query.copy()
+    for key, value in changes.items():
+        if value is None:
+            changed.pop(key, None)
+        else:
+            changed[key] = str(value)
+    text = changed.urlencode()
+    return reverse("everystep:runs") + (f"?{text}" if text else "")
 
 
 @dataclass(frozen=True)
