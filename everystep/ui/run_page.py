@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
+from html import escape
 from operator import attrgetter
 from typing import Any
 
 from django.http import HttpRequest, QueryDict
 from django.utils import timezone
+from django.utils.safestring import SafeString, mark_safe
 
 from everystep.models import Status, Step, Workflow
 from everystep.store.step_pages import StepOutline, step_outlines, step_rows
@@ -159,21 +161,48 @@ def _href(request: HttpRequest, **changes: str) -> str:
     return "?" + query.urlencode()
 
 
-def _row(step: Step, pretty: Callable[[Any], str], zone: tzinfo) -> dict[str, Any]:
+# One row of the step table, filled in Python: with every step of a big run listed,
+# rendering the row in the template (and then format_html's lazy escaping) took most of
+# the page's time (bench/README.md, the UI at scale). Every value goes through escape().
+STEP_ROW = (
+    '<tr id="step-{id}"><td><code>{id}</code></td><td>{name}</td>'
+    '<td><span class="es-badge es-{status}">{status}</span></td><td>{started}</td>'
+    '<td>{finished}</td><td class="es-num">{duration}</td><td><details><summary>JSON'
+    '<span class="es-sr"> of step {id}</span></summary><pre class="es-json">{detail}</pre>'
+    "</details></td></tr>"
+)
+TIME = '<time datetime="{iso}">{text}</time>'
+
+
+def _row(step: Step, pretty: Callable[[Any], str], zone: tzinfo) -> SafeString:
     took = step.finished_at - step.started_at if step.finished_at is not None else None
     detail = {"args": step.args, "kwargs": step.kwargs, "result": step.result}
-    return {
-        "step": step,
-        "started": _when(step.started_at, zone),
-        "finished": _when(step.finished_at, zone),
-        "duration": format_duration(took),
-        "detail_json": pretty(detail | ({"error": step.error} if step.error is not None else {})),
-    }
+    return mark_safe(
+        STEP_ROW.format(
+            id=escape(step.step_id),
+            name=escape(step.name),
+            status=escape(step.status),
+            started=_time_html(step.started_at, zone),
+            finished=_time_html(step.finished_at, zone),
+            duration=escape(format_duration(took)),
+            detail=escape(
+                pretty(detail | ({"error": step.error} if step.error is not None else {}))
+            ),
+        )
+    )
 
 
-def _when(value: datetime | None, zone: tzinfo) -> dict[str, str] | None:
-    """A time as ``_time.html`` shows it, formatted here: with every step listed, the
-    template's date filter was a third of the page's time."""
+def _time_html(value: datetime | None, zone: tzinfo) -> str:
+    shown = local_time(value, zone)
+    if shown is None:
+        return ""
+    return TIME.format(iso=escape(shown["iso"]), text=escape(shown["text"]))
+
+
+def local_time(value: datetime | None, zone: tzinfo) -> dict[str, str] | None:
+    """A time as ``_time.html`` shows it, formatted here: on pages of hundreds of rows
+    (every step of a run, a page of the runs list) the template's include and date filter
+    per cell were a third of the page's time or more."""
     if value is None:
         return None
     local = value.astimezone(zone)
