@@ -24,7 +24,10 @@ class StepNode(Generic[T]):
     key: str
     step_id: str
     item: T
+    # Read by _graph.html on every node: a template lookup of a missing attribute goes
+    # through three failed attempts, thousands of times on a big run.
     is_fork = False
+    is_gap = False
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class Branch(Generic[T]):
 
     index: str
     nodes: list[Node[T]]
+    is_gap = False
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class ForkNode(Generic[T]):
     fork_id: str
     branches: list[Branch[T]]
     is_fork = True
+    is_gap = False
 
 
 Node: TypeAlias = "StepNode[T] | ForkNode[T]"
