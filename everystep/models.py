@@ -177,8 +177,10 @@ class Workflow(models.Model):
             ),
         ]
         indexes = [
-            # UI filters by status, newest first.
-            models.Index(fields=["status", "id"], name="everystep_wf_status_id"),
+            # UI filters by status, newest first. ``claimed_by`` last: the runners page
+            # counts the running runs per holder from this index alone (reading each row
+            # took 290 ms on MariaDB at a million runs, bench/ui_scale.py).
+            models.Index(fields=["status", "id", "claimed_by"], name="everystep_wf_status_holder"),
             # Claim query: status='scheduled' AND due_at <= now ORDER BY due_at, id; runs
             # sleeping or waiting sort after everything due, so the claim never walks them.
             models.Index(fields=["status", "due_at", "id"], name="everystep_wf_due"),
