@@ -122,11 +122,11 @@ def runs(request: HttpRequest) -> HttpResponse:
     now, zone = timezone.now(), timezone.get_current_timezone()
     # Formatted here, not per cell in the template: a page of 200 rows spent most of its
     # time in includes, date filters and {% url %} (bench/README.md, the UI at scale).
-    run_href = reverse("everystep:run", args=[_HREF_ID]).replace(str(_HREF_ID), "{}")
+    href_head, href_tail = reverse("everystep:run", args=[_HREF_ID]).split(str(_HREF_ID))
     rows = [
         {
             "run": run,
-            "href": run_href.format(run.id),
+            "href": f"{href_head}{run.id}{href_tail}",
             "created": run_page.local_time(run.created_at, zone),
             "started": run_page.local_time(run.started_at, zone),
             "completed": run_page.local_time(run.completed_at, zone),
