@@ -25,6 +25,8 @@ def worker_env(extra_path: str | None = None) -> dict[str, str]:
             "EVERYSTEP_TEST_LOG_LEVEL": "INFO",
             "PYTHONPATH": os.pathsep.join(filter(None, [extra_path, str(ROOT)])),
             "PYTHONUNBUFFERED": "1",
+            # A worker that hangs can be made to print every thread's stack: SIGABRT.
+            "PYTHONFAULTHANDLER": "1",
         }
     )
     return env

@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -79,5 +79,16 @@ def test_a_worker_started_during_an_outage_waits_for_the_database(workers, tmp_p
         wait_until(lambda: Workflow.objects.get(id=run.id).status == "completed", 120, "the run")
         assert "database reachable again" in read()
     finally:
-        popen.send_signal(signal.SIGTERM)
-        assert popen.wait(60) == 0
+        stop(popen, read)
+
+
+def stop(popen: subprocess.Popen[bytes], read: Callable[[], str]) -> None:
+    """SIGTERM, and a clean exit within a minute; if not, the stacks of its threads."""
+    popen.send_signal(signal.SIGTERM)
+    try:
+        code = popen.wait(60)
+    except subprocess.TimeoutExpired:
+        popen.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER (worker_env): the stacks
+        popen.wait(10)
+        pytest.fail(f"the worker did not exit within 60 s of SIGTERM; its log:\n{read()[-8000:]}")
+    assert code == 0, read()[-4000:]
