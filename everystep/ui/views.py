@@ -127,9 +127,9 @@ def runs(request: HttpRequest) -> HttpResponse:
         {
             "run": run,
             "href": f"{href_head}{run.id}{href_tail}",
-            "created": run_page.local_time(run.created_at, zone),
-            "started": run_page.local_time(run.started_at, zone),
-            "completed": run_page.local_time(run.completed_at, zone),
+            "created": run_page.time_html(run.created_at, zone),
+            "started": run_page.time_html(run.started_at, zone),
+            "completed": run_page.time_html(run.completed_at, zone),
             "duration": format_duration(_span(run.started_at, run.completed_at)),
             "wait": run_wait(run, now),
         }
