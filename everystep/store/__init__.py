@@ -16,7 +16,7 @@ The status transitions themselves, and the fencing rule, are on the model layer
 from django.db import DatabaseError, InterfaceError
 
 from everystep.errors import StoreUnavailable
-from everystep.store.claims import claim_due, next_due, reclaim_parked
+from everystep.store.claims import claim_due, next_due, reclaim_parked, reclaim_strays
 from everystep.store.replay_check import CHECKED_STATUSES, read_only, unfinished_batch
 from everystep.store.reports import (
     COUNT_CAP,
@@ -101,6 +101,7 @@ __all__ = [
     "queue_stats",
     "read_only",
     "reclaim_parked",
+    "reclaim_strays",
     "record_step",
     "requeue_one",
     "requeue_orphans",

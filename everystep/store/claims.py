@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import operator
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from typing import Any
 
@@ -308,12 +308,25 @@ def reclaim_parked(runner: str) -> list[Claim]:
     """Startup catchup: take a fresh claim on every run left ``running`` under ``runner``
     by a previous process of the same name, so its late writes (if it is somehow still
     alive) are fenced out. Each counts as a recovery."""
+    parked = Workflow.objects.filter(status=Status.RUNNING, claimed_by=runner)
+    return _take_back(runner, parked, recoveries=F("recoveries") + 1)
+
+
+def reclaim_strays(runner: str, held: Collection[uuid.UUID]) -> list[Claim]:
+    """A fresh claim on every run ``running`` under ``runner`` that is not in ``held``
+    (what this process knows it holds): the runs of a claim that committed although its
+    reply was lost with the connection. Without this they would stay with a live runner,
+    whose heartbeat keeps orphan recovery away, forever. Not a recovery: the run was
+    never interrupted."""
+    strays = Workflow.objects.filter(status=Status.RUNNING, claimed_by=runner)
+    return _take_back(runner, strays.exclude(id__in=list(held)))
+
+
+def _take_back(runner: str, runs: Any, **also: Any) -> list[Claim]:
     token = uuid.uuid4()
-    Workflow.objects.filter(status=Status.RUNNING, claimed_by=runner).update(
-        claim_token=token, updated_at=timezone.now(), recoveries=F("recoveries") + 1
-    )
-    held = Workflow.objects.filter(claimed_by=runner, status=Status.RUNNING, claim_token=token)
-    return [_claim(runner, token, *row) for row in _with_steps(held.order_by("id"))]
+    runs.update(claim_token=token, updated_at=timezone.now(), **also)
+    taken = Workflow.objects.filter(claimed_by=runner, status=Status.RUNNING, claim_token=token)
+    return [_claim(runner, token, *row) for row in _with_steps(taken.order_by("id"))]
 
 
 def _with_steps(runs: Any) -> Any:

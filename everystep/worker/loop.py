@@ -91,6 +91,7 @@ class Worker:
         self.ready = self.state.ready  # set once catchup is done and the loop runs
         self._backoff = 0.0
         self._idle = False  # the last claim found nothing
+        self._unsure = False  # a claim failed on the connection: it may have committed
         self._next_due: datetime | None = None  # when idle: the next run due, if known
 
     # -- public -----------------------------------------------------------------------
@@ -222,11 +223,15 @@ class Worker:
         capacity = self.pool_size - self.state.inflight
         if capacity <= 0:
             return
+        if self._unsure and not self._take_back_strays():
+            return
         batch = self._take_backlog(capacity)
         if len(batch) < capacity:
             try:
                 claimed = self._claim(capacity - len(batch))
             except store.DATABASE_ERRORS as exc:
+                # The claim may have committed with only its reply lost.
+                self._unsure = True
                 self._database_down(exc)
             else:
                 self._database_up()
@@ -238,6 +243,31 @@ class Worker:
             future = executor.submit(self._execute, held)
             self.state.running[future] = held
             future.add_done_callback(lambda _: self.state.wake.set())
+
+    def _take_back_strays(self) -> bool:
+        """After a claim that failed on the connection: take back, under a fresh token,
+        any run the database has under this name that this process does not hold. False
+        while the database is still unreachable."""
+        state = self.state
+        held = {claim.run_id for claim in state.running.values()}
+        held.update(claim.run_id for _, claim in state.backlog)
+        try:
+            strays = store.reclaim_strays(self.name, held)
+        except store.DATABASE_ERRORS as exc:
+            self._database_down(exc)
+            return False
+        self._database_up()
+        self._unsure = False
+        if strays:
+            logger.warning(
+                "worker %s takes back %d run(s) claimed while the connection failed",
+                self.name,
+                len(strays),
+                extra={"event": "worker.strays", "runner": self.name},
+            )
+            state.backlog.extend((0.0, claim) for claim in strays)
+            signals.runs_claimed.send(sender=Worker, runner=self.name, count=len(strays))
+        return True
 
     def _claim(self, limit: int) -> list[Claim]:
         # An idle worker first asks when the next run is due (one cheap statement): it

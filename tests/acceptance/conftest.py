@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -73,8 +74,18 @@ class WorkerProcess:
         self.proc.send_signal(sig)
 
     def wait(self, timeout: float) -> int:
+        """The exit code; a worker still alive after ``timeout`` fails the test with every
+        thread's stack (SIGABRT under PYTHONFAULTHANDLER, see ``worker_env``)."""
         try:
             return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+            raise AssertionError(
+                f"worker {self.name} did not exit within {timeout:g}s; its log and stacks:\n"
+                f"{self.log()[-12000:]}"
+            ) from None
         finally:
             self._log.flush()
 

@@ -4,7 +4,9 @@ PostgreSQL and MariaDB, a SIGSTOP past the orphan timeout and a database server 
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 
@@ -110,7 +112,23 @@ class Fleet:
                 .values("id", "name", "status", "claimed_by", "due_at", "recoveries")[:20]
             )
             rows = "\n".join(f"{row} steps={list(chaos_steps(row['id']))}" for row in stuck)
-            raise AssertionError(f"{exc}\nnot terminal:\n{rows}") from None
+            raise AssertionError(
+                f"{exc}\nnot terminal:\n{rows}{self._stacks({row['claimed_by'] for row in stuck})}"
+            ) from None
+
+    def _stacks(self, holders: set[str | None]) -> str:
+        """Every thread's stack of each live worker holding a stuck run: whether a pass
+        hangs or the worker forgot the run (PYTHONFAULTHANDLER, see ``worker_env``)."""
+        found = []
+        for name in sorted(filter(None, holders)):
+            proc = self.procs.get(name)
+            if proc is None or proc.proc.poll() is not None:
+                continue
+            proc.proc.send_signal(signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.proc.wait(10)
+            found.append(f"\n--- stacks of {name}\n{proc.log()[-6000:]}")
+        return "".join(found)
 
 
 def test_chaos_keeps_every_invariant(workers):

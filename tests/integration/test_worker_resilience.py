@@ -301,3 +301,32 @@ def test_invalid_count_settings_are_reported_and_fall_back(settings, name, value
     (error,) = check_settings()
     assert error.id == check_id and name in error.msg
     assert conf.count_setting(name) == (conf.DEFAULTS[name], False)
+
+
+def test_a_claim_whose_reply_was_lost_is_taken_back(monkeypatch, caplog):
+    """A claim that commits on the server but whose reply is lost with the connection (a
+    server restart at the wrong moment): the worker does not know it holds the run, and
+    its live heartbeat keeps orphan recovery away. It takes the run back on its next tick
+    and runs it, without counting a recovery."""
+    from django.db import OperationalError
+
+    run = schedule(wf.sequential, 1, 2)
+    real = store.claim_due
+    lost: list[Any] = []
+
+    def reply_lost(runner: str, limit: int) -> Any:
+        claims = real(runner, limit)
+        if claims and not lost:
+            lost.extend(claims)
+            raise OperationalError("Lost connection to server during query (injected)")
+        return claims
+
+    monkeypatch.setattr(store, "claim_due", reply_lost)
+    caplog.set_level(logging.WARNING, logger="everystep.worker")
+    with Embedded(name="unlucky"):
+        wait_for(all_final, 30)
+    assert [held.run_id for held in lost] == [run.id], "the claim took the run, then failed"
+    run.refresh_from_db()
+    assert (run.status, run.claimed_by, run.recoveries) == ("completed", "unlucky", 0)
+    assert Step.objects.filter(workflow=run).count() == 4
+    assert any("takes back 1 run(s)" in r.getMessage() for r in caplog.records)
