@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -86,8 +85,15 @@ def test_metrics_match_the_database(workers, blocked_run):
         60,
         "everything to finish",
     )
-    time.sleep(0.5)  # the reap after the last run happens on the next tick
-    samples = scrape(port)
+
+    def reaped() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+        # A run's outcome commits a moment before the loop reaps its pass.
+        samples = scrape(port)
+        return (
+            samples if value(samples, "everystep_worker_inflight", runner="observed") == 0 else None
+        )
+
+    samples = wait_until(reaped, 30, "the last pass to be reaped")
     mine = Workflow.objects.filter(claimed_by="observed")
     outcomes = Counter(mine.values_list("name", "status"))
     for (name, status), count in outcomes.items():
