@@ -20,8 +20,8 @@ from django.http import HttpRequest, QueryDict
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
-from everystep.models import Status, Step, Workflow
-from everystep.store.step_pages import StepOutline, step_outlines, step_rows
+from everystep.models import Status, Workflow
+from everystep.store.step_pages import StepOutline, StepRow, step_outlines, step_rows
 from everystep.ui.actions import uncertain_steps
 from everystep.ui.graph import build_graph, collapse
 from everystep.ui.timeline import build_timeline, format_duration
@@ -111,16 +111,15 @@ def steps_context(
 
 def _read(
     request: HttpRequest, found: Workflow
-) -> tuple[list[StepOutline], list[Step], StepPage, list[str]]:
+) -> tuple[list[StepOutline], list[StepRow], StepPage, list[str]]:
     """The outline of every step (up to ``STEPS_MAX``), the whole rows of the table's
     page, the page and notices: two statements, one when every step is asked for (the
     outlines are then taken from the rows)."""
     everything = request.GET.get("steps") == "all"
-    rows = step_rows(found.id, 0, STEPS_MAX + 1) if everything else []
-    if everything:
-        outlines = [StepOutline.of(step) for step in rows]
-    else:
-        outlines = step_outlines(found.id, STEPS_MAX + 1)
+    limit = STEPS_MAX + 1
+    rows = step_rows(found.id, 0, limit) if everything else []
+    # A whole row is an outline too.
+    outlines: list[StepOutline] = list(rows) if everything else step_outlines(found.id, limit)
     notices = []
     if len(outlines) > STEPS_MAX:
         outlines, rows = outlines[:STEPS_MAX], rows[:STEPS_MAX]
@@ -190,7 +189,7 @@ STEP_ROW = (
 TIME = '<time datetime="{iso}">{text}</time>'
 
 
-def _row(step: Step, pretty: Callable[[Any], str], zone: tzinfo) -> SafeString:
+def _row(step: StepRow, pretty: Callable[[Any], str], zone: tzinfo) -> SafeString:
     took = step.finished_at - step.started_at if step.finished_at is not None else None
     detail = {"args": step.args, "kwargs": step.kwargs, "result": step.result}
     return mark_safe(
@@ -214,9 +213,9 @@ def time_html(value: datetime | None, zone: tzinfo) -> SafeString:
     and date filter per cell were a third of the page's time or more."""
     if value is None:
         return mark_safe("")
-    local = value.astimezone(zone)
-    text = local.isoformat(" ", "seconds")[:19]
-    return mark_safe(TIME.format(iso=escape(local.isoformat()), text=escape(text)))
+    # An ISO 8601 text holds digits and "-:.+T" only: nothing to escape.
+    iso = value.astimezone(zone).isoformat()
+    return mark_safe(TIME.format(iso=iso, text=f"{iso[:10]} {iso[11:19]}"))
 
 
 def _open_until(found: Workflow) -> datetime:

@@ -5,6 +5,7 @@ PostgreSQL and MariaDB, a SIGSTOP past the orphan timeout and a database server 
 from __future__ import annotations
 
 import contextlib
+import pprint
 import signal
 import subprocess
 import time
@@ -156,7 +157,7 @@ def test_chaos_keeps_every_invariant(workers):
     fleet.drain()
 
     figures = chaos_checks.analyse(fleet.events)
-    assert chaos_checks.problems(figures) == [], figures
+    assert chaos_checks.problems(figures) == [], pprint.pformat(figures)
     assert figures["runs"] == fleet.scheduled == RUNS
     assert (figures["kills"], figures["stops"], figures["restarts"]) == (
         3,
@@ -169,7 +170,7 @@ def test_chaos_keeps_every_invariant(workers):
     done = Workflow.objects.filter(id__in=settled, status="completed")
     wait_until(lambda: done.count() == len(settled), WAIT, "the settled runs to complete")
     after = chaos_checks.analyse(fleet.events)
-    assert chaos_checks.problems(after) == [], after
+    assert chaos_checks.problems(after) == [], pprint.pformat(after)
     assert after["statuses"].get("blocked", 0) == 0
 
     for proc in fleet.procs.values():
