@@ -201,8 +201,7 @@ class Worker:
                 len(parked),
                 extra={"event": "worker.catchup", "runner": self.name},
             )
-            self.state.backlog.extend((0.0, held) for held in parked)
-            signals.runs_claimed.send(sender=Worker, runner=self.name, count=len(parked))
+            self._hold(parked)
 
     def _warn_if_name_is_live(self, beat: Heartbeat) -> None:
         other = store.get_runner(self.name)
@@ -265,9 +264,14 @@ class Worker:
                 len(strays),
                 extra={"event": "worker.strays", "runner": self.name},
             )
-            state.backlog.extend((0.0, claim) for claim in strays)
-            signals.runs_claimed.send(sender=Worker, runner=self.name, count=len(strays))
+            self._hold(strays)
         return True
+
+    def _hold(self, taken: list[Claim]) -> None:
+        """Runs taken back outside a claim (catchup, strays): into the backlog, to start
+        as the pool has room, and counted as claimed like any other."""
+        self.state.backlog.extend((0.0, held) for held in taken)
+        signals.runs_claimed.send(sender=Worker, runner=self.name, count=len(taken))
 
     def _claim(self, limit: int) -> list[Claim]:
         # An idle worker first asks when the next run is due (one cheap statement): it
