@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+# The one version number: pyproject.toml reads it (statically, without importing this
+# module), and the runner distribution pins the library to it.
+__version__ = "0.1.0"
+
 __all__ = [
     "Terminal",
     "deprecate_patch",
