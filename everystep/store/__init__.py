@@ -53,6 +53,7 @@ from everystep.store.runs import (
     resolve_step,
     settle_step,
 )
+from everystep.store.timeshift import shift_pending
 from everystep.store.waits import (
     check_event_name,
     event_payload,
@@ -112,6 +113,7 @@ __all__ = [
     "send_event",
     "settle_step",
     "settle_wait",
+    "shift_pending",
     "status_counts",
     "suspend_run",
     "unapplied_migrations",
