@@ -5,6 +5,18 @@ worker named ``runner`` would: first it resumes the runs a crashed previous "pro
 of that name left ``running`` (startup catchup), then it claims and runs scheduled runs
 until none is left.
 
+``run_due(advance=...)`` first lets time pass, without waiting for it: every pending
+time of the unfinished runs (a delayed start, a sleep's wake time, a wait's deadline)
+moves that much earlier, so a sleep of three days or a ``wait_for`` timeout is over in
+the test. The engine keeps reading the real clock; only the stored times move, and
+each call moves them by its own amount. Time passes before the runs do: a sleep a run
+has not reached yet is not shortened, so let the run get there first::
+
+    run = schedule(remind, 7)       # sleeps three days, then waits a week for "paid"
+    run_due()                                  # the run starts and sleeps
+    run_due(advance=timedelta(days=3))         # the reminder goes out; now waiting
+    run_due(advance=timedelta(days=7))         # the wait times out
+
 ``crash_after(step)`` makes the process "die" right after a step's side effect and
 before its outcome is recorded, leaving the run ``running`` exactly as a killed worker
 would; the next ``run_due()`` resumes it, so you can check that your step is safe to
@@ -54,21 +66,37 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from everystep import registry, store
-from everystep.engine import steps
+from everystep.engine import steps, waits
 from everystep.engine.execute import run_pass
+from everystep.errors import EverystepError
 from everystep.models import Workflow
 
 DEFAULT_RUNNER = "everystep-testing"
+# Far beyond any test, and short enough that a time moved earlier stays one every
+# database stores (MariaDB's DATETIME starts at year 1000).
+MAX_ADVANCE = timedelta(days=36_525)
 
 
-def run_due(*, runner: str = DEFAULT_RUNNER, max_passes: int = 10_000) -> list[Workflow]:
+def run_due(
+    *,
+    runner: str = DEFAULT_RUNNER,
+    max_passes: int = 10_000,
+    advance: timedelta | float | None = None,
+) -> list[Workflow]:
     """Resume this runner's parked runs, then run every scheduled run until none is due.
 
-    Returns the runs that were passed over, refreshed from the database, in order.
+    With ``advance`` (a ``timedelta`` or seconds), first move every pending time of the
+    unfinished runs that much earlier, as if it had passed. Returns the runs that were
+    passed over, refreshed from the database, in order.
     """
+    if advance is not None:
+        elapsed = _advance(advance)
+        if elapsed:
+            store.shift_pending(elapsed, sleep=waits.SLEEP, wait=waits.WAIT)
     seen: dict[Any, None] = {}
     passes = 0
     queue = store.reclaim_parked(runner)
@@ -82,6 +110,19 @@ def run_due(*, runner: str = DEFAULT_RUNNER, max_passes: int = 10_000) -> list[W
         seen[current.run_id] = None
         passes += 1
     return [run for run_id in seen if (run := store.get_run(run_id)) is not None]
+
+
+def _advance(value: timedelta | float) -> timedelta:
+    """``run_due()``'s ``advance``, checked like every delay, and at most a century."""
+    try:
+        elapsed = waits.as_delay(value, "run_due() advance")
+    except OverflowError:  # a number of seconds no timedelta holds
+        elapsed = MAX_ADVANCE + timedelta(days=1)
+    if elapsed > MAX_ADVANCE:
+        raise EverystepError(
+            f"run_due() advance must be at most {MAX_ADVANCE.days} days, got {value!r}"
+        )
+    return elapsed
 
 
 CRASH_POINTS = ("before_body", "after_body", "after_record", "before_finish")
