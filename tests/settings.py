@@ -1,5 +1,9 @@
 """Django settings for everystep's own test suite.
 
+``EVERYSTEP_TEST_DEBUG=1``, ``EVERYSTEP_TEST_USE_TZ=0`` and ``EVERYSTEP_TEST_TIME_ZONE``
+set ``DEBUG``, ``USE_TZ`` and ``TIME_ZONE`` (pytest keeps this ``DEBUG``:
+``django_debug_mode = keep``).
+
 The database comes from ``EVERYSTEP_TEST_DB``: ``sqlite`` (default), ``postgres`` or
 ``mariadb``. Each pytest session creates its own database with a random name and drops
 it at the end; server coordinates can be overridden with ``EVERYSTEP_TEST_PG_*`` /
@@ -73,9 +77,12 @@ DATABASES["default"].update(CONN_MAX_AGE=300, CONN_HEALTH_CHECKS=True)
 DATABASES["aside"] = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
 
 SECRET_KEY = "everystep-tests-only"
-DEBUG = False
-USE_TZ = True
-TIME_ZONE = "UTC"
+# The modes users' projects run in, each set by a tier of `make test` (and inherited by
+# worker subprocesses): DEBUG = True (Django logs every query), USE_TZ = False (naive
+# local times in the database), a TIME_ZONE other than UTC.
+DEBUG = os.environ.get("EVERYSTEP_TEST_DEBUG") == "1"
+USE_TZ = os.environ.get("EVERYSTEP_TEST_USE_TZ", "1") == "1"
+TIME_ZONE = os.environ.get("EVERYSTEP_TEST_TIME_ZONE", "UTC")
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",

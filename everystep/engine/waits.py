@@ -27,6 +27,7 @@ from everystep.engine import steps
 from everystep.engine.state import Frame, RunState, current_frame
 from everystep.errors import EverystepError, Suspended, WaitTimeout, WorkflowCodeError
 from everystep.models import StepStatus
+from everystep.times import project_time
 from everystep.values import RecordedStep
 
 SLEEP = "everystep.sleep"
@@ -47,10 +48,11 @@ def as_delay(value: timedelta | float, what: str) -> timedelta:
 
 
 def as_instant(when: datetime, what: str) -> datetime:
-    """An aware datetime; a naive one is read in the project's time zone."""
+    """``when`` in the project's form (``everystep.times``): aware with ``USE_TZ``, a naive
+    one read in the project's time zone; naive local time without ``USE_TZ``."""
     if not isinstance(when, datetime):
         raise EverystepError(f"{what} must be a datetime, got {when!r}")
-    return timezone.make_aware(when) if timezone.is_naive(when) else when
+    return project_time(when)
 
 
 def sleep(delay: timedelta | float) -> None:
@@ -103,7 +105,7 @@ def wait_for(name: str, timeout: timedelta | float | None = None) -> Any:
                 called=f"wait_for({name!r})",
             )
         )
-    deadline = serde.decode(pending.get("deadline"))
+    deadline = _recorded_time(pending.get("deadline"))
     sent, payload = store.event_payload(run.run_id, name)
     if sent:
         _woken(run, step_id, now)
@@ -127,10 +129,17 @@ def _sleep(wake_time: Any, what: str) -> None:
             raise Suspended(wake)
         return
     _check(run, step_id, recorded, SLEEP)
-    wake = serde.decode(recorded.result)
+    wake = _recorded_time(recorded.result)
+    assert wake is not None
     if wake > now:
         raise Suspended(wake)
     _woken(run, step_id, now, wake)
+
+
+def _recorded_time(encoded: Any) -> datetime | None:
+    # A record written while the project had the other USE_TZ still compares.
+    value = serde.decode(encoded)
+    return None if value is None else project_time(value)
 
 
 def _position(what: str) -> tuple[Frame, str]:

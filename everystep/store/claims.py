@@ -30,7 +30,7 @@ import operator
 import uuid
 from collections.abc import Callable, Collection
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
@@ -45,6 +45,7 @@ from everystep.models import (
     finish_fields,
     take_fields,
 )
+from everystep.times import from_row
 from everystep.values import Claim
 
 _RUNS, _STEPS = Workflow._meta.db_table, Step._meta.db_table
@@ -76,6 +77,13 @@ def _condition(column: str, value: Any, alias: str = "") -> str:
 _SCHEDULED = _condition("status", Status.SCHEDULED)
 _TAKE_COLUMNS = tuple(take_fields("", uuid.UUID(int=0), None))  # values: all parameters
 _FINISH_COLUMNS = tuple(finish_fields(Status.FAILED, None, None, None))
+
+
+class Statement(NamedTuple):
+    """A hot-path statement in Django's ``%s`` style and in the driver's own."""
+
+    sql: str
+    native: str
 
 
 class _Vendor:
@@ -110,13 +118,13 @@ class _Vendor:
         )
         outcome = ", ".join(f"{c} = {self.placeholder(c)}" for c in _FINISH_COLUMNS)
         self.finish = self.native(f"UPDATE {_RUNS} SET {outcome} WHERE {held}")
-        self.next_due = f"SELECT MIN(due_at) FROM {_RUNS} WHERE {_SCHEDULED}"
+        self.next_due = self.native(f"SELECT MIN(due_at) FROM {_RUNS} WHERE {_SCHEDULED}")
         claim = _claim_statement(vendor)
         self.claim = None if claim is None else self.native(claim)
 
-    def native(self, sql: str) -> str:
-        """``sql`` in the placeholder style of the driver's own cursor (see ``cursor``)."""
-        return sql.replace("%s", "?") if self.vendor == "sqlite" else sql
+    def native(self, sql: str) -> Statement:
+        """``sql`` (Django's ``%s`` style) with its form for the driver's own cursor."""
+        return Statement(sql, sql.replace("%s", "?") if self.vendor == "sqlite" else sql)
 
     def placeholder(self, column: str) -> str:
         # In a SELECT list PostgreSQL types an untyped parameter as text, which jsonb and
@@ -127,31 +135,34 @@ class _Vendor:
             return "%s::jsonb"
         return "%s::timestamptz" if column in ("started_at", "finished_at") else "%s"
 
-    def cursor(self, conn: Any) -> Any:
-        """A cursor for these statements on ``conn``, kept with the connection.
+    def execute(self, conn: Any, statement: Statement, params: list[Any] | None = None) -> Any:
+        """Run ``statement`` on ``conn``; the cursor, for its rows or row count.
 
-        On PostgreSQL and SQLite it is the driver's own cursor in Django's wrapper
-        (which still translates errors and runs ``execute_wrapper``s): Django's
-        PostgreSQL cursor quotes every parameter into the SQL text and its SQLite
-        cursor rewrites the placeholders of every statement, which together cost more
-        CPU than the rest of a step record. PostgreSQL then binds on the server.
+        Normally on the driver's own cursor in Django's wrapper (which still translates
+        errors and runs ``execute_wrapper``s), kept with the connection: Django's
+        PostgreSQL cursor quotes every parameter into the SQL text and its SQLite cursor
+        rewrites the placeholders of every statement, which together cost more CPU than
+        the rest of a step record. While Django logs queries (``DEBUG``,
+        ``CaptureQueriesContext``, a debug toolbar) it goes through Django's own cursor
+        instead, so the query is logged, formatted, like every other.
         """
-        if self.vendor == "mysql":  # mysqlclient's cursor is what Django uses anyway
-            return conn.cursor()
+        if conn.queries_logged or self.vendor == "mysql":  # mysqlclient's is Django's anyway
+            cursor = conn.cursor()
+            cursor.execute(statement.sql, params)
+            return cursor
         conn.ensure_connection()
         raw = conn.connection
         kept = conn.__dict__.get("_everystep_cursor")
-        if kept is None or kept[0] is not raw or conn.queries_logged:
+        if kept is None or kept[0] is not raw:
             if self.vendor == "postgresql":
                 import psycopg
 
                 driver_cursor = psycopg.Cursor(raw)
             else:
                 driver_cursor = raw.cursor()
-            if conn.queries_logged:  # DEBUG: let Django record the queries, keep nothing
-                return conn.make_debug_cursor(driver_cursor)
             kept = (raw, conn.make_cursor(driver_cursor))
             conn.__dict__["_everystep_cursor"] = kept
+        kept[1].execute(statement.native, params)
         return kept[1]
 
     def param(self, column: str, value: Any) -> Any:
@@ -255,9 +266,7 @@ def claim_due(runner: str, limit: int) -> list[Claim]:
     due = db.param("due_at", now)
     # PostgreSQL's statement names the due time and limit (in its CTE) before the marks.
     params = [due, limit, *marks] if db.vendor == "postgresql" else [*marks, due, limit]
-    cursor = db.cursor(conn)
-    cursor.execute(db.claim, params)
-    rows = cursor.fetchall()
+    rows = db.execute(conn, db.claim, params).fetchall()
     claims = [_claim(runner, token, *row) for row in rows]
     return sorted(claims, key=lambda held: held.run_id)
 
@@ -267,20 +276,9 @@ def next_due() -> datetime | None:
     without an event: an idle worker's one statement per poll, which also tells it how
     long it may wait."""
     db, conn = _current()
-    cursor = db.cursor(conn)  # kept with the connection: not closed here
-    cursor.execute(db.next_due)
-    row = cursor.fetchone()
-    value = row[0] if row else None
-    return None if value is None else _as_datetime(value)
-
-
-def _as_datetime(value: Any) -> datetime:
-    # The driver's own cursor returns SQLite's text, and naive values elsewhere.
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    if timezone.is_naive(value):
-        value = value.replace(tzinfo=UTC)
-    return value
+    rows = db.execute(conn, db.next_due).fetchall()
+    value = rows[0][0] if rows else None
+    return None if value is None else from_row(value)
 
 
 def _claim_locking(runner: str, token: uuid.UUID, limit: int) -> list[Claim]:
@@ -292,7 +290,7 @@ def _claim_locking(runner: str, token: uuid.UUID, limit: int) -> list[Claim]:
         f"FROM {_RUNS} w WHERE w.{_DUE} LIMIT %s FOR UPDATE{skip}"
     )
     now = timezone.now()
-    with transaction.atomic(), db.cursor(conn) as cursor:
+    with transaction.atomic(), conn.cursor() as cursor:
         cursor.execute(select, [db.param("due_at", now), limit])
         rows = cursor.fetchall()
         if rows:
@@ -357,7 +355,7 @@ def _claim(
         args=args,
         fresh=not recorded,
         recoveries=recoveries,
-        due_at=None if due_at is None else _as_datetime(due_at),
+        due_at=None if due_at is None else from_row(due_at),
     )
 
 
@@ -369,8 +367,7 @@ def insert_step_fenced(claim: Claim, values: dict[str, Any]) -> bool:
     holds the run; False if it does not (nothing was written)."""
     db, conn = _current()
     params = [db.param(column, values.get(column)) for column in _STEP_COLUMNS]
-    cursor = db.cursor(conn)
-    cursor.execute(db.insert_step, params + db.fence_params(claim))
+    cursor = db.execute(conn, db.insert_step, params + db.fence_params(claim))
     return bool(cursor.rowcount == 1)
 
 
@@ -380,8 +377,7 @@ def settle_started_fenced(claim: Claim, step_id: str, values: dict[str, Any]) ->
     db, conn = _current()
     params = [db.param(c, values.get(c)) for c in ("status", "result", "error", "finished_at")]
     params += [db.param("id", claim.run_id), step_id, *db.fence_params(claim)]
-    cursor = db.cursor(conn)
-    cursor.execute(db.settle_step, params)
+    cursor = db.execute(conn, db.settle_step, params)
     return bool(cursor.rowcount == 1)
 
 
@@ -391,6 +387,5 @@ def finish_fenced(claim: Claim, status: str, result: Any, error: Any) -> bool:
     db, conn = _current()
     fields = finish_fields(status, result, error, timezone.now())
     params = [db.param(column, value) for column, value in fields.items()]
-    cursor = db.cursor(conn)
-    cursor.execute(db.finish, params + db.fence_params(claim))
+    cursor = db.execute(conn, db.finish, params + db.fence_params(claim))
     return bool(cursor.rowcount == 1)
