@@ -9,6 +9,7 @@ before Django is fully set up.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -150,6 +151,7 @@ def schedule(
     defn = registry.workflow_def(workflow_fn)
     if defn is None:
         raise TypeError(f"{workflow_fn!r} is not a @workflow function")
+    _check_arguments(defn, args)
     if idempotency_key is not None and (
         not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > 255
     ):
@@ -158,6 +160,31 @@ def schedule(
         serde.storable_text(idempotency_key, f"idempotency_key of workflow {defn.name}")
     stored = serde.encode(list(args), f"arguments of workflow {defn.name}")
     return store.create_run(defn.name, stored, idempotency_key, due_at=due)
+
+
+def _check_arguments(defn: WorkflowDef, args: tuple[Any, ...]) -> None:
+    """A ``TypeError`` naming the workflow if its body cannot be called with ``args``,
+    now rather than in a failed run later."""
+    signature = _signature(defn)
+    if signature is None:
+        return
+    try:
+        signature.bind(*args)
+    except TypeError as exc:
+        raise TypeError(
+            f"cannot schedule workflow {defn.name}{signature}: {exc} "
+            f"(given {len(args)} positional argument{'' if len(args) == 1 else 's'})"
+        ) from None
+
+
+# Once per definition, not per schedule: ``inspect.signature`` reads the code object and
+# follows ``__wrapped__`` on every call.
+@functools.lru_cache(maxsize=4096)
+def _signature(defn: WorkflowDef) -> inspect.Signature | None:
+    try:
+        return inspect.signature(defn.fn)
+    except (TypeError, ValueError):  # a callable without one (a builtin): not checked
+        return None
 
 
 def sleep(delay: timedelta | float) -> None:
