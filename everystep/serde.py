@@ -26,6 +26,7 @@ import importlib
 import json
 import math
 import re
+import sys
 import uuid
 from decimal import Decimal
 from typing import Any
@@ -222,10 +223,42 @@ def _encode_scalar(value: Any, where: str) -> dict[str, Any]:
         return {TAG: "decimal", "v": str(value)}
     if isinstance(value, bytes | bytearray):
         return {TAG: "bytes", "v": base64.b64encode(bytes(value)).decode("ascii")}
+    django_advice = _django_advice(value, where)
+    if django_advice is not None:
+        raise EverystepError(django_advice)
     raise EverystepError(
         f"cannot serialize value of type {type(value).__module__}.{type(value).__qualname__} "
         f"at {where}; supported types: {SUPPORTED}"
     )
+
+
+def _django_advice(value: Any, where: str) -> str | None:
+    """What to store instead of a Django model instance or queryset, the values people
+    most often try to pass between steps; None for anything else."""
+    # Looked up, not imported: ``import everystep`` must not import Django, and a value
+    # can only be a model instance once Django's models are loaded.
+    models = sys.modules.get("django.db.models")
+    if models is None:
+        return None
+    cls = type(value)
+    if isinstance(value, models.Model):
+        var = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
+        if where.startswith("result of step"):
+            instead = "return its primary key ({}.pk) and load it again in the next step"
+        elif where.startswith("result of"):
+            instead = "return its primary key ({}.pk) instead"
+        else:
+            instead = "pass its primary key ({}.pk) and load it again in the step that uses it"
+        return (
+            f"{where} is a {cls.__name__} model instance ({qualified_name(cls)}), which "
+            f"cannot be stored: {instead.format(var)}, e.g. {cls.__name__}.objects.get(pk=...)"
+        )
+    if isinstance(value, models.QuerySet):
+        return (
+            f"{where} is a QuerySet of {value.model.__name__}, which cannot be stored: "
+            "use a list of primary keys instead (list(queryset.values_list('pk', flat=True)))"
+        )
+    return None
 
 
 def decode(data: Any) -> Any:
