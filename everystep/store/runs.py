@@ -10,21 +10,33 @@ worker's late write is rejected instead of overwriting the newer claimer's work.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any, ParamSpec, TypeVar
 from uuid import UUID
 
-from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.apps import apps
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    ProgrammingError,
+    connection,
+    transaction,
+)
 from django.utils import timezone
 
 from everystep.errors import (
     AlreadyRecorded,
     ClaimLost,
     EverystepError,
+    IdempotencyConflict,
     RunGone,
     StepFailure,
     StoreUnavailable,
+    TablesMissing,
 )
 from everystep.models import Status, Step, StepStatus, Workflow
 from everystep.serde import encode, encode_error, parse_json, storable_text
@@ -83,8 +95,10 @@ def create_run(
     except OperationalError as exc:
         too_large = _too_large(exc)
         if too_large is None:
-            raise
+            raise (missing_tables(exc) or exc) from exc
         raise EverystepError(f"cannot schedule {name}: {too_large}") from exc
+    except ProgrammingError as exc:
+        raise (missing_tables(exc) or exc) from exc
 
 
 def _insert_run(name: str, args: list[Any], idempotency_key: str | None, due_at: Any) -> Workflow:
@@ -107,7 +121,56 @@ def _insert_run(name: str, args: list[Any], idempotency_key: str | None, due_at:
         existing = Workflow.objects.filter(name=name, idempotency_key=idempotency_key).first()
         if existing is None:
             raise
+        # The key names one run with one set of arguments. Compared in stored form (as
+        # canonical JSON, so 1 and 1.0 differ as they do in the row); the due time is
+        # not part of it, so the same arguments at another time return the run as it is.
+        if _canonical(existing.args) != _canonical(args):
+            raise _conflict(existing, args) from None
         return existing
+
+
+def _canonical(stored: Any) -> str:
+    return json.dumps(stored, sort_keys=True, separators=(",", ":"))
+
+
+def _conflict(existing: Workflow, args: list[Any]) -> IdempotencyConflict:
+    def short(stored: Any) -> str:
+        text = _canonical(stored)
+        return text if len(text) <= 200 else f"{text[:200]}…"
+
+    return IdempotencyConflict(
+        f"idempotency_key {existing.idempotency_key!r} of workflow {existing.name} already "
+        f"names run {existing.id} ({existing.status}), scheduled with other arguments: "
+        f"{short(existing.args)}, not {short(args)}. Use a new key for new arguments",
+        existing.id,
+    )
+
+
+def missing_tables(exc: BaseException) -> TablesMissing | None:
+    """A ``TablesMissing`` if ``exc`` (or what caused it) is a database error naming an
+    everystep table that the database does not have, else None."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, ProgrammingError | OperationalError):
+        cause = cause.__cause__
+    tables = [model._meta.db_table for model in apps.get_app_config("everystep").get_models()]
+    # SQLite: OperationalError "no such table: t"; PostgreSQL: ProgrammingError 'relation
+    # "t" does not exist'; MariaDB: ProgrammingError "Table 'db.t' doesn't exist". Each
+    # names the table, so only such an error costs the look at the database's tables.
+    if cause is None or not any(table in str(cause) for table in tables):
+        return None
+    try:
+        present = set(connection.introspection.table_names())
+    except DatabaseError:  # unreachable after all: an outage, not missing tables
+        return None
+    missing = [table for table in tables if table not in present]
+    if not missing:
+        return None
+    database = str(connection.settings_dict.get("NAME"))
+    lacks = "none of them" if len(missing) == len(tables) else f"no {', '.join(missing)}"
+    return TablesMissing(
+        "everystep's tables are missing: run `python manage.py migrate` (the "
+        f"{connection.vendor} database {database!r} has {lacks})"
+    )
 
 
 @_guarded
