@@ -19,7 +19,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, connections
+from django.db import connection
 from django.utils import timezone
 
 from everystep import conf, options, signals, store
@@ -30,11 +30,11 @@ from everystep.worker import shutdown
 from everystep.worker.connections import keep_connections
 from everystep.worker.heartbeat import Heartbeat
 from everystep.worker.http import ProbeServer
+from everystep.worker.outage import Outage
 from everystep.worker.state import WorkerState
 
 logger = logging.getLogger("everystep.worker")
 
-MAX_BACKOFF = 5.0
 # Seconds between safety-net polls while a PostgreSQL LISTEN is connected.
 LISTENING_POLL = 1.0
 
@@ -89,7 +89,7 @@ class Worker:
             heartbeat_interval=self.heartbeat_interval,
         )
         self.ready = self.state.ready  # set once catchup is done and the loop runs
-        self._backoff = 0.0
+        self._outage = Outage(self.name, self.poll)
         self._idle = False  # the last claim found nothing
         self._unsure = False  # a claim failed on the connection: it may have committed
         self._next_due: datetime | None = None  # when idle: the next run due, if known
@@ -143,7 +143,7 @@ class Worker:
                 # While LISTEN holds, a due run wakes the loop at once and the poll is
                 # only the safety net: it may be slower, and an idle worker costs less.
                 poll = max(self.poll, LISTENING_POLL) if listening.is_set() else self.poll
-                state.wake.wait(self._backoff or self._until_due(poll))
+                state.wake.wait(self._outage.backoff or self._until_due(poll))
         finally:
             listen_stop.set()
             clean = shutdown.drain(state, executor, beat, self.reap)
@@ -189,11 +189,11 @@ class Worker:
                 parked = store.reclaim_parked(self.name)
                 break
             except store.DATABASE_ERRORS as exc:
-                self._database_down(exc)
-                self.state.stop.wait(self._backoff)
+                self._outage.down(exc)
+                self.state.stop.wait(self._outage.backoff)
         else:
             return
-        self._database_up()
+        self._outage.up()
         if parked:
             logger.info(
                 "worker %s resumes %d run(s) parked under its name",
@@ -231,9 +231,9 @@ class Worker:
             except store.DATABASE_ERRORS as exc:
                 # The claim may have committed with only its reply lost.
                 self._unsure = True
-                self._database_down(exc)
+                self._outage.down(exc)
             else:
-                self._database_up()
+                self._outage.up()
                 self._idle = not claimed
                 if claimed:
                     signals.runs_claimed.send(sender=Worker, runner=self.name, count=len(claimed))
@@ -253,9 +253,9 @@ class Worker:
         try:
             strays = store.reclaim_strays(self.name, held)
         except store.DATABASE_ERRORS as exc:
-            self._database_down(exc)
+            self._outage.down(exc)
             return False
-        self._database_up()
+        self._outage.up()
         self._unsure = False
         if strays:
             logger.warning(
@@ -327,11 +327,11 @@ class Worker:
         return reaped
 
     def _retry_later(self, held: Claim, result: PassResult) -> None:
-        self._database_down(result.exc)
+        self._outage.down(result.exc)
         # Steps may have been recorded before the database went away: the next pass
         # loads them rather than trusting the claim's "fresh".
         held = replace(held, fresh=False)
-        self.state.backlog.append((time.monotonic() + max(self._backoff, self.poll), held))
+        self.state.backlog.append((time.monotonic() + max(self._outage.backoff, self.poll), held))
 
     def _fail_crashed(self, held: Claim, exc: BaseException) -> None:
         workflow = held.workflow
@@ -360,24 +360,6 @@ class Worker:
             fail(held, workflow, exc)
         except StoreUnavailable as down:
             self._retry_later(held, PassResult("retry", down))
-
-    def _database_down(self, exc: BaseException | None) -> None:
-        self._backoff = min(max(self._backoff * 2, self.poll, 0.2), MAX_BACKOFF)
-        logger.warning(
-            "database unavailable (%s); retrying in %.1fs",
-            exc,
-            self._backoff,
-            extra={"event": "worker.database_unavailable", "runner": self.name},
-        )
-        connections.close_all()
-
-    def _database_up(self) -> None:
-        if self._backoff:
-            logger.info(
-                "database reachable again",
-                extra={"event": "worker.database_back", "runner": self.name},
-            )
-        self._backoff = 0.0
 
     # -- signals ----------------------------------------------------------------------
 
