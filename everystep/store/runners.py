@@ -129,3 +129,10 @@ def held_runs() -> dict[str, int]:
         .annotate(n=Count("id"))
     )
     return {name: n for name, n in rows}
+
+
+def known_runner_names() -> list[str]:
+    """Every runner name with a heartbeat row or a ``running`` run under it, sorted."""
+    names = set(Runner.objects.values_list("name", flat=True))
+    names.update(held_runs())
+    return sorted(names)

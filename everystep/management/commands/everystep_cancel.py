@@ -5,14 +5,15 @@ from __future__ import annotations
 import getpass
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from everystep import store
 from everystep.errors import EverystepError
+from everystep.management.commands._base import EverystepCommand
 from everystep.management.options import checked_run_id
 
 
-class Command(BaseCommand):
+class Command(EverystepCommand):
     help = (
         "Cancel a scheduled, running or blocked run. A running run stops at its next step "
         "boundary: the step in flight may have had its effect, but its record is refused."

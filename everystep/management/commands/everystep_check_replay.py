@@ -11,18 +11,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from everystep import store
 from everystep.engine.check import Failure, Report, WorkflowReport, check_replay
+from everystep.management.commands._base import EverystepCommand
 from everystep.management.options import checked_count, checked_text
+from everystep.store.runs import missing_tables
 
 MAX_LIMIT = 10_000_000
 # Failing runs listed per workflow in the text report (--json lists them all).
 SHOWN_FAILURES = 20
 
 
-class Command(BaseCommand):
+class Command(EverystepCommand):
+    tables_missing_status = 2  # 1 means "runs would fail"
     help = (
         "Replay every unfinished run (scheduled, running, blocked; a run that sleeps or "
         "waits is scheduled) against the code installed now, serving recorded outcomes "
@@ -37,7 +40,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--status",
             action="append",
-            choices=store.CHECKED_STATUSES,
+            # The plain values: argparse shows the choices with str(), and an enum
+            # member would read "Status.SCHEDULED".
+            choices=[status.value for status in store.CHECKED_STATUSES],
             help="only runs in this status (repeat for several; default: all three)",
         )
         parser.add_argument("--workflow", metavar="NAME", help="only runs of this workflow")
@@ -58,7 +63,8 @@ class Command(BaseCommand):
         try:
             report = check_replay(statuses, workflow, limit)
         except store.UNREACHABLE as exc:
-            raise CommandError(f"the database could not be read: {exc}", returncode=2) from None
+            message = missing_tables(exc) or f"the database could not be read: {exc}"
+            raise CommandError(str(message), returncode=2) from None
         if options["json"]:
             self.stdout.write(json.dumps(report_json(report), indent=2))
         else:

@@ -6,10 +6,11 @@ import math
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
 from everystep import store
+from everystep.management.commands._base import EverystepCommand
 from everystep.management.options import checked_count, clipped, shown
 from everystep.models import FINAL_STATUSES
 
@@ -19,7 +20,7 @@ SAMPLE = 20
 MAX_BATCH = 100_000
 
 
-class Command(BaseCommand):
+class Command(EverystepCommand):
     help = (
         "Delete runs that reached a final status (completed, failed, stopped) more than DAYS "
         "ago, with their steps, in batches of short transactions. Scheduled, running and "

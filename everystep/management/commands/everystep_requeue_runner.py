@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from everystep import conf, store
+from everystep.management.commands._base import EverystepCommand
 from everystep.management.options import checked_text, shown
+from everystep.store.runners import known_runner_names
 
 
-class Command(BaseCommand):
+class Command(EverystepCommand):
     help = (
         "Put every run left 'running' under runner NAME back to 'scheduled' so any worker "
         "resumes it. Refused while NAME still sends heartbeats, unless --force."
@@ -25,6 +27,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         name = checked_text(options["name"], "the runner name")
         runner = store.get_runner(name)
+        if runner is None:
+            _check_known(name)
         if (
             runner is not None
             and not options["force"]
@@ -40,3 +44,24 @@ class Command(BaseCommand):
         for run_id in ids:
             self.stdout.write(str(run_id))
         self.stdout.write(f"requeued {len(ids)} run(s) held by {shown(name)}")
+
+
+# Names listed in the "unknown runner" message; more would bury the message.
+LISTED_NAMES = 10
+
+
+def _check_known(name: str) -> None:
+    """Refuse a name no runner has: a typo would otherwise report "requeued 0 run(s)"."""
+    known = known_runner_names()
+    if name in known:
+        return
+    if not known:
+        also = "no runner has a heartbeat row or a running run"
+    elif len(known) <= LISTED_NAMES:
+        also = f"known runners: {', '.join(shown(other) for other in known)}"
+    else:
+        also = f"{len(known)} runners are known; see everystep_runs --status running"
+    raise CommandError(
+        f"unknown runner {shown(name)}: no heartbeat row and no running run under that "
+        f"name ({also})"
+    )

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from everystep import store
 from everystep.errors import EverystepError
+from everystep.management.commands._base import EverystepCommand
 from everystep.management.options import checked_run_id
 
 
-class Command(BaseCommand):
+class Command(EverystepCommand):
     help = (
         "Settle the 'started' step of a blocked run and requeue it: --result JSON (the "
         "effect happened, with this result), --error MESSAGE (it failed), or --discard "

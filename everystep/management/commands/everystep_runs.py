@@ -6,9 +6,10 @@ import json
 from datetime import datetime
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from everystep import store
+from everystep.management.commands._base import EverystepCommand
 from everystep.management.options import checked_count, checked_text, shown, wait_json, wait_text
 from everystep.models import Status, Workflow
 from everystep.store.reports import run_wait
@@ -17,7 +18,7 @@ from everystep.store.reports import run_wait
 MAX_LIMIT = 1_000_000
 
 
-class Command(BaseCommand):
+class Command(EverystepCommand):
     help = (
         "List the most recent runs, newest first: id, status, workflow, runner, created and "
         "completed times, and for runs that are not due yet what they wait for (a last "

@@ -6,16 +6,17 @@ import getpass
 import logging
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from everystep import send, store
 from everystep.errors import EverystepError
+from everystep.management.commands._base import EverystepCommand
 from everystep.management.options import checked_event_name, checked_json, checked_run_id
 
 logger = logging.getLogger("everystep.ops")
 
 
-class Command(BaseCommand):
+class Command(EverystepCommand):
     help = (
         "Send the event NAME to an unfinished run, as everystep.send() does: a run waiting "
         "for it becomes due at once; one that reaches wait_for(NAME) later gets it then. "

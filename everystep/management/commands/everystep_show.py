@@ -6,9 +6,10 @@ import json
 from datetime import datetime
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from everystep import serde, store
+from everystep.management.commands._base import EverystepCommand
 from everystep.management.options import checked_run_id, wait_json, wait_text
 from everystep.models import Status, Step, Workflow
 from everystep.store.reports import run_wait
@@ -21,7 +22,7 @@ SUMMARY = 80
 VALUE_SUMMARY = 2000
 
 
-class Command(BaseCommand):
+class Command(EverystepCommand):
     help = (
         "Show one run: arguments, status (and what it waits for, if it is not due yet), "
         "result or error, timestamps, runner, and its steps in the order they started. "
