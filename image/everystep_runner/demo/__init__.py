@@ -1,5 +1,10 @@
 """The ``demo`` role: the bundled example project on SQLite (or ``database_url``),
-migrated, sample workflows scheduled, a worker subprocess and the UI running."""
+migrated, sample workflows scheduled, a worker subprocess and the UI running.
+
+If the worker process dies, the demo says so, with the worker's exit status, and stops
+with exit status 1 rather than restarting it: a worker that crashes at start would only
+crash again, and a demo whose runs all stay ``scheduled`` under "worker running" is the
+worst first impression."""
 
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ SETTINGS_MODULE = "everystep_runner.demo.settings"
 def run(settings: RunnerSettings) -> int:
     """Migrate, schedule samples, start a worker, serve the UI until stopped."""
     from everystep.options import BY_NAME
-    from everystep_runner import project, ui
+    from everystep_runner import project
     from everystep_runner.settings import worker_options
 
     settings = settings.model_copy(
@@ -44,7 +49,7 @@ def run(settings: RunnerSettings) -> int:
         flush=True,
     )
     try:
-        return ui.serve(settings)
+        return serve_watching(settings, worker)
     finally:
         worker.send_signal(signal.SIGTERM)
         drain = worker_options(settings).get("drain", BY_NAME["drain"].default)
@@ -92,4 +97,60 @@ def start_worker(settings: RunnerSettings) -> subprocess.Popen[bytes]:
             "worker",
         ],
         env=env,
+    )
+
+
+def serve_watching(settings: RunnerSettings, worker: subprocess.Popen[bytes]) -> int:
+    """Serve the UI until stopped, or until ``worker`` exits (then exit status 1)."""
+    from gunicorn.arbiter import Arbiter
+    from gunicorn.errors import HaltServer
+
+    from everystep_runner.ui import UIServer
+
+    class WatchingArbiter(Arbiter):
+        """Gunicorn's arbiter, also watching the demo's worker. Gunicorn reaps every
+        child of its process (``waitpid(-1)``), so the worker's exit is read here first,
+        before the arbiter's reaping would swallow its status; and on every turn of the
+        loop, for a worker that died before gunicorn started."""
+
+        reported = False
+
+        def reap_workers(self) -> None:
+            self.check_demo_worker()
+            super().reap_workers()
+
+        def manage_workers(self) -> None:
+            self.check_demo_worker()
+            super().manage_workers()
+
+        def check_demo_worker(self) -> None:
+            # Once: the arbiter reaps again while it halts, and must not raise then.
+            if self.reported or worker.poll() is None:
+                return
+            self.reported = True
+            reason = worker_exit(worker)
+            print(f"everystep demo: {reason}; stopping the demo.", file=sys.stderr, flush=True)
+            raise HaltServer(reason, 1)
+
+    class DemoUI(UIServer):
+        def run(self) -> None:
+            WatchingArbiter(self).run()
+
+    DemoUI(settings).run()
+    return 0
+
+
+def worker_exit(worker: subprocess.Popen[bytes]) -> str:
+    """What happened to the worker process, for a person: its pid and exit status."""
+    status = worker.returncode
+    if status is not None and status < 0:
+        try:
+            how = f"was killed by {signal.Signals(-status).name}"
+        except ValueError:
+            how = f"was killed by signal {-status}"
+    else:
+        how = f"exited with status {status}"
+    return (
+        f"the worker process 'demo-worker' (pid {worker.pid}) {how}; no run can start "
+        "without it (its log is above)"
     )
