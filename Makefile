@@ -5,6 +5,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DATABASES ?= sqlite postgres mariadb
 IMAGE ?= localhost/everystep-runner:test
+# The port of `make demo`'s UI: `make demo PORT=8001` when 8000 is taken.
+PORT ?= 8000
 BASE_IMAGE ?= docker.io/library/python:3.12-slim
 # Extra `podman build` flags, e.g. a proxy CA: -v /etc/ssl/certs/ca-certificates.crt:/ca.crt:ro
 # --build-arg PIP_CERT=/ca.crt (see .ci/run).
@@ -20,8 +22,8 @@ VENV_TOOLS ?= .venv-tools
 TOOLS := checkov==3.3.30 kubernetes-validate==1.37.0
 K8S_VERSION ?= 1.37.0
 
-.PHONY: demo test lint docs unit integration compat browser image image-test compose-check \
-	install install-dev clean manifest-check install-tools
+.PHONY: demo test lint docs unit quickstart integration compat browser image image-test \
+	compose-check install install-dev clean manifest-check install-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +36,7 @@ install-dev: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[postgres,mysql,metrics,sentry,otel,dev,docs]' -e ./image
 
 demo: install
-	$(BIN)/everystep-runner --ui-bind 127.0.0.1:8000 demo
+	$(BIN)/everystep-runner --ui-bind 127.0.0.1:$(PORT) demo
 
 lint: install-dev
 	$(BIN)/ruff check .
@@ -50,6 +52,12 @@ docs: install-dev
 
 unit: install-dev
 	$(BIN)/pytest tests/unit
+
+# The distributions as a user gets them: sdist and wheel of the library and the runner built
+# and checked (twine check --strict), then docs/quickstart.md followed in a new virtualenv
+# with the wheel (Django from the package index), up to a real worker completing a run.
+quickstart: install-dev
+	$(BIN)/pytest tests/packaging
 
 # The integration tier runs once per database; under CI=true a skip fails the run.
 integration: install-dev
@@ -104,7 +112,8 @@ manifest-check: install-tools
 	$(VENV_TOOLS)/bin/checkov --quiet --compact --skip-download --framework dockerfile \
 		-f Dockerfile
 
-test: lint docs manifest-check unit integration browser compat compose-check image-test
+test: lint docs manifest-check unit quickstart integration browser compat compose-check \
+	image-test
 
 clean:
 	rm -rf $(VENV) $(VENV_NEXT) $(VENV_TOOLS) .pytest_cache .mypy_cache .ruff_cache *.egg-info

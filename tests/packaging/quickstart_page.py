@@ -1,0 +1,92 @@
+"""The blocks of ``docs/quickstart.md`` that the quickstart tier applies, read from the page.
+
+A fenced block is part of the quickstart when an HTML comment ``<!-- quickstart: ACTION -->``
+precedes it (blank lines and other comments, such as ``<!-- fragment: ... -->``, may sit in
+between; the comments are invisible on the site). The actions:
+
+- ``new-project`` (```sh): run with bash in an empty directory; it leaves one Django
+  project (a directory with ``manage.py``) behind.
+- ``append PATH`` (```python): appended to the project's file ``PATH``. A line
+  ``NAME = [..., items]`` means "add ``items`` to ``NAME``" and is applied as
+  ``NAME = [*NAME, items]``.
+- ``write PATH`` (```python): written as the new file ``PATH`` of the project.
+- ``run`` (```sh): run with bash in the project directory; it must exit 0.
+- ``worker`` (```sh, one command): started in the background as the worker process.
+
+Blocks are applied in the order of the page.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "quickstart.md"
+FENCE = re.compile(r"^```(?P<lang>\w*)\s*$")
+MARKER = re.compile(r"^<!--\s*quickstart:\s*(?P<action>[\w-]+)(?:\s+(?P<target>\S+))?\s*-->$")
+COMMENT = re.compile(r"^<!--.*-->$")
+LANGUAGES = {
+    "new-project": "sh",
+    "append": "python",
+    "write": "python",
+    "run": "sh",
+    "worker": "sh",
+}
+TARGETED = {"append", "write"}
+EXTEND = re.compile(r"^(?P<name>[A-Z_][A-Z0-9_]*) = \[\.\.\.,\s*", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Block:
+    """One marked block of the page: what to do with it, and its code."""
+
+    action: str
+    target: str | None
+    code: str
+    line: int  # 1-based line of the opening fence, for messages
+
+
+def blocks(page: Path = PAGE) -> list[Block]:
+    """The marked blocks of ``page``, in order; a marker that marks no block of the
+    language its action needs (a typo, a moved block) raises ``ValueError``."""
+    lines = page.read_text(encoding="utf-8").splitlines()
+    found: list[Block] = []
+    used: set[int] = set()
+    i = 0
+    while i < len(lines):
+        opening = FENCE.match(lines[i])
+        if opening is None:
+            i += 1
+            continue
+        end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == "```")
+        for at, marker in _markers_before(lines, i):
+            used.add(at)
+            action, target = marker["action"], marker["target"]
+            if LANGUAGES.get(action) != opening["lang"] or (action in TARGETED) != bool(target):
+                raise ValueError(f"{page.name}:{at + 1}: {lines[at]!r} does not fit its block")
+            found.append(Block(action, target, "\n".join(lines[i + 1 : end]) + "\n", i + 1))
+        i = end + 1
+    stray = [n + 1 for n, line in enumerate(lines) if "quickstart:" in line and n not in used]
+    if stray:
+        raise ValueError(f"{page.name}: quickstart markers that mark no block, lines {stray}")
+    return found
+
+
+def _markers_before(lines: list[str], fence: int) -> list[tuple[int, re.Match[str]]]:
+    markers = []
+    at = fence - 1
+    while at >= 0 and (not lines[at].strip() or COMMENT.match(lines[at].strip())):
+        match = MARKER.match(lines[at].strip())
+        if match:
+            markers.append((at, match))
+        at -= 1
+    return markers[::-1]
+
+
+def extend_lists(code: str) -> str:
+    """A settings excerpt as code to append: ``NAME = [..., x]`` -> ``NAME = [*NAME, x]``."""
+    applied = EXTEND.sub(lambda m: f"{m['name']} = [*{m['name']}, ", code)
+    if "..." in applied:
+        raise ValueError(f"an excerpt with '...' the quickstart tier cannot apply:\n{code}")
+    return applied

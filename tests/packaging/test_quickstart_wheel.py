@@ -1,0 +1,121 @@
+"""docs/quickstart.md, followed literally by a new user with the built wheel.
+
+A fresh virtualenv with the wheel; ``django-admin startproject`` and ``startapp`` as the
+page shows them (so the project has Django's defaults: ``DEBUG = True``, ``USE_TZ = True``,
+SQLite); the page's settings excerpts, its ``workflows.py`` and its commands, read from the
+page (``tests/packaging/quickstart_page.py`` says how blocks are marked); then a real
+``everystep_worker`` process runs the scheduled run to ``completed`` and stops on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.packaging.conftest import clean_env, run
+from tests.packaging.quickstart_page import Block, blocks, extend_lists
+
+UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
+FINAL = {"completed", "failed", "stopped", "blocked", "cancelled"}
+WAIT = 180  # seconds: generous, the run takes well under one on an idle machine
+
+
+class Quickstart:
+    """A user following the page: a shell in the new virtualenv, a project directory."""
+
+    def __init__(self, venv: Path, home: Path) -> None:
+        self.home = home
+        self.env = clean_env(PATH=f"{venv}:{clean_env()['PATH']}", VIRTUAL_ENV=str(venv.parent))
+        self.project: Path | None = None
+        self.printed: list[str] = []  # stdout of every command, for the run ids
+
+    def sh(self, block: Block, cwd: Path) -> None:
+        done = run(["bash", "-euo", "pipefail", "-c", block.code], cwd=cwd, env=self.env)
+        self.printed.append(done.stdout)
+
+    def new_project(self, block: Block) -> None:
+        self.sh(block, self.home)
+        (manage,) = self.home.glob("*/manage.py")
+        self.project = manage.parent
+
+    def edit(self, block: Block) -> None:
+        assert self.project is not None and block.target is not None
+        path = self.project / block.target
+        if block.action == "write":
+            assert path.parent.is_dir() and not path.exists(), path
+            path.write_text(block.code)
+        else:
+            path.write_text(path.read_text() + "\n" + extend_lists(block.code))
+
+    def manage(self, *args: str) -> str:
+        assert self.project is not None
+        return run(["python", "manage.py", *args], cwd=self.project, env=self.env).stdout
+
+    def runs(self) -> list[dict]:
+        """Every run, from the page's own listing command (``--json``)."""
+        out = self.manage("everystep_runs", "--json", "--limit", "1000")
+        return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def test_the_quickstart_runs_from_the_built_wheel(venv: Path, tmp_path: Path):
+    """Following docs/quickstart.md in a new project with the wheel, the worker completes
+    the run the page schedules, logs it, and exits 0 on SIGTERM."""
+    user = Quickstart(venv, tmp_path)
+    page = blocks()
+    assert [b.action for b in page].count("worker") == 1
+    worker, log = None, tmp_path / "worker.log"
+    for block in page:
+        if block.action == "new-project":
+            user.new_project(block)
+        elif block.action in ("append", "write"):
+            user.edit(block)
+        elif block.action == "run":
+            assert user.project is not None, "a command before the project exists"
+            user.sh(block, user.project)
+        else:
+            worker = _start_worker(user, block, log)
+            _wait_for_final_runs(user, worker, log)
+    assert worker is not None
+    scheduled = set(UUID.findall("".join(user.printed)))
+    assert scheduled, "the page's commands printed no run id"
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=WAIT) == 0, log.read_text()
+
+    runs = {r["id"]: r for r in user.runs()}
+    assert set(runs) == scheduled
+    output = log.read_text()
+    for run_id, summary in runs.items():
+        assert summary["status"] == "completed", (summary, output)
+        assert f"run {run_id} ({summary['name']}) completed" in output, output
+
+
+def _start_worker(user: Quickstart, block: Block, log: Path) -> subprocess.Popen[bytes]:
+    """The page's worker command as a process of its own (no shell between it and the
+    signal the test sends)."""
+    (command,) = [line for line in block.code.splitlines() if line.strip()]
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            shlex.split(command, comments=True),
+            cwd=user.project,
+            env=user.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _wait_for_final_runs(user: Quickstart, worker: subprocess.Popen[bytes], log: Path) -> None:
+    """Until every scheduled run is final; a worker that exits first fails the test."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        assert worker.poll() is None, f"the worker exited {worker.returncode}:\n{log.read_text()}"
+        runs = user.runs()
+        if runs and all(r["status"] in FINAL for r in runs):
+            return
+        time.sleep(1)
+    worker.kill()
+    raise AssertionError(f"runs not final after {WAIT} s: {user.runs()}\n{log.read_text()}")
