@@ -22,6 +22,7 @@ from django.utils import timezone
 from everystep.models import FINAL_STATUSES, Status, Step, StepStatus, Workflow
 from everystep.serde import decode, encode
 from everystep.store.wake import notify_due
+from everystep.times import project_time
 
 
 def shift_pending(advance: timedelta, *, sleep: str, wait: str) -> None:
@@ -54,7 +55,7 @@ def shift_pending(advance: timedelta, *, sleep: str, wait: str) -> None:
 def _shifted_wake(stored: Any, advance: timedelta, now: datetime) -> Any:
     """A sleep record's result with its wake time moved, or None if it is past."""
     wake = decode(stored)
-    if not isinstance(wake, datetime) or not _after(wake, now):
+    if not isinstance(wake, datetime) or project_time(wake) <= now:
         return None
     return encode(_earlier(wake, advance))
 
@@ -65,19 +66,9 @@ def _shifted_deadline(stored: Any, advance: timedelta, now: datetime) -> Any:
     if not isinstance(stored, dict):
         return None
     deadline = decode(stored.get("deadline"))
-    if not isinstance(deadline, datetime) or not _after(deadline, now):
+    if not isinstance(deadline, datetime) or project_time(deadline) <= now:
         return None
     return {**stored, "deadline": encode(_earlier(deadline, advance))}
-
-
-def _after(when: datetime, now: datetime) -> bool:
-    """``when > now``, whichever of the two carries a time zone: with ``USE_TZ = False``
-    ``now`` is naive local time, and a record may still hold an aware value."""
-    if timezone.is_aware(when) and timezone.is_naive(now):
-        when = timezone.make_naive(when)
-    elif timezone.is_naive(when) and timezone.is_aware(now):
-        when = timezone.make_aware(when)
-    return when > now
 
 
 def _earlier(when: datetime, advance: timedelta) -> datetime:
