@@ -41,6 +41,12 @@ class Outage:
                 missing,
                 extra={"event": "worker.tables_missing", "runner": self.runner},
             )
+        else:
+            logger.debug(
+                "everystep's tables are still missing; retrying in %.1fs",
+                self.backoff,
+                extra={"event": "worker.tables_missing", "runner": self.runner},
+            )
         self._tables_missing = missing is not None
         connections.close_all()
 
