@@ -113,7 +113,13 @@ def serve_watching(settings: RunnerSettings, worker: subprocess.Popen[bytes]) ->
         before the arbiter's reaping would swallow its status; and on every turn of the
         loop, for a worker that died before gunicorn started."""
 
-        reported = False
+        watching = True
+
+        def stop(self, graceful: bool = True) -> None:
+            # Stopping (Ctrl-C, SIGTERM, or the worker's death): the worker may exit
+            # meanwhile, as it should; that is no news, and halting must not raise.
+            self.watching = False
+            super().stop(graceful)
 
         def reap_workers(self) -> None:
             self.check_demo_worker()
@@ -124,10 +130,9 @@ def serve_watching(settings: RunnerSettings, worker: subprocess.Popen[bytes]) ->
             super().manage_workers()
 
         def check_demo_worker(self) -> None:
-            # Once: the arbiter reaps again while it halts, and must not raise then.
-            if self.reported or worker.poll() is None:
+            if not self.watching or worker.poll() is None:
                 return
-            self.reported = True
+            self.watching = False
             reason = worker_exit(worker)
             print(f"everystep demo: {reason}; stopping the demo.", file=sys.stderr, flush=True)
             raise HaltServer(reason, 1)
