@@ -62,29 +62,50 @@ class Quickstart:
         return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
+def test_the_page_installs_the_app_and_logging_before_the_worker_runs():
+    """The marked blocks, in page order: a project, settings that install everystep and
+    give its logger a handler, then the worker (without LOGGING it would print nothing)."""
+    page = blocks()
+    actions = [b.action for b in page]
+    worker = actions.index("worker")
+    settings = [extend_lists(b.code) for b in page[:worker] if b.action == "append"]
+    assert actions[0] == "new-project"
+    assert any(
+        '"everystep"' in code and "INSTALLED_APPS = [*INSTALLED_APPS" in code for code in settings
+    )
+    assert any("LOGGING" in code and '"everystep"' in code for code in settings)
+    assert "write" in actions[:worker] and "run" in actions[:worker]
+
+
 def test_the_quickstart_runs_from_the_built_wheel(venv: Path, tmp_path: Path):
     """Following docs/quickstart.md in a new project with the wheel, the worker completes
     the run the page schedules, logs it, and exits 0 on SIGTERM."""
     user = Quickstart(venv, tmp_path)
     page = blocks()
     assert [b.action for b in page].count("worker") == 1
-    worker, log = None, tmp_path / "worker.log"
-    for block in page:
-        if block.action == "new-project":
-            user.new_project(block)
-        elif block.action in ("append", "write"):
-            user.edit(block)
-        elif block.action == "run":
-            assert user.project is not None, "a command before the project exists"
-            user.sh(block, user.project)
-        else:
-            worker = _start_worker(user, block, log)
-            _wait_for_final_runs(user, worker, log)
-    assert worker is not None
-    scheduled = set(UUID.findall("".join(user.printed)))
-    assert scheduled, "the page's commands printed no run id"
-    worker.send_signal(signal.SIGTERM)
-    assert worker.wait(timeout=WAIT) == 0, log.read_text()
+    worker, log, scheduled = None, tmp_path / "worker.log", set()
+    try:
+        for block in page:
+            if block.action == "new-project":
+                user.new_project(block)
+            elif block.action in ("append", "write"):
+                user.edit(block)
+            elif block.action == "run":
+                assert user.project is not None, "a command before the project exists"
+                user.sh(block, user.project)
+            else:
+                scheduled = set(UUID.findall("".join(user.printed)))  # before any worker
+                worker = _start_worker(user, block, log)
+                _wait_for_final_runs(user, worker, log)
+        assert worker is not None
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=WAIT) == 0, log.read_text()
+    finally:
+        if worker is not None and worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+    assert scheduled, "the page's commands printed no run id before the worker started"
 
     runs = {r["id"]: r for r in user.runs()}
     assert set(runs) == scheduled
@@ -117,5 +138,4 @@ def _wait_for_final_runs(user: Quickstart, worker: subprocess.Popen[bytes], log:
         if runs and all(r["status"] in FINAL for r in runs):
             return
         time.sleep(1)
-    worker.kill()
     raise AssertionError(f"runs not final after {WAIT} s: {user.runs()}\n{log.read_text()}")
