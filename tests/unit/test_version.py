@@ -72,3 +72,9 @@ def test_runner_ships_the_same_license():
     assert (ROOT / "image" / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()
     for path in (ROOT / "pyproject.toml", ROOT / "image" / "pyproject.toml"):
         assert _pyproject(path)["project"]["license"] == "MIT"
+
+
+def test_quickstart_names_the_wheel_of_this_version():
+    """The Quickstart's ``pip install dist/everystep-<version>-…whl`` names this version."""
+    page = (ROOT / "docs" / "quickstart.md").read_text(encoding="utf-8")
+    assert f"everystep-{everystep.__version__}-py3-none-any.whl" in page
