@@ -171,8 +171,12 @@ def _check_arguments(defn: WorkflowDef, args: tuple[Any, ...]) -> None:
     try:
         signature.bind(*args)
     except TypeError as exc:
+        bare = signature.replace(
+            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+            return_annotation=signature.empty,
+        )
         raise TypeError(
-            f"cannot schedule workflow {defn.name}{signature}: {exc} "
+            f"cannot schedule workflow {defn.name}{bare}: {exc} "
             f"(given {len(args)} positional argument{'' if len(args) == 1 else 's'})"
         ) from None
 
