@@ -26,7 +26,7 @@ RUN set -eu; \
     apt-get install -y --no-install-recommends gcc libc6-dev pkg-config libmariadb-dev $headers; \
     rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/everystep
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml README.md LICENSE /src/
 COPY everystep /src/everystep
 COPY image /src/image
 # Empty build args must not reach pip as empty settings.
@@ -39,12 +39,13 @@ RUN set -eu; \
     /opt/everystep/bin/python -c "import MySQLdb, psycopg, sqlite3, everystep_runner.cli"
 
 FROM ${BASE_IMAGE}
+# Keep equal to everystep.__version__ (tests/unit/test_version.py checks).
 ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="everystep-runner" \
       org.opencontainers.image.description="Durable workflow runner for Django projects (everystep)" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.licenses="MIT" \
-      org.opencontainers.image.source="https://example.invalid/everystep"
+      org.opencontainers.image.source="https://github.com/everystep/everystep"
 ENV DEBIAN_FRONTEND=noninteractive
 # Runtime libraries only: the MariaDB client library for mysqlclient, and tini as PID 1
 # so SIGTERM reaches the runner (which drains) and zombies are reaped.

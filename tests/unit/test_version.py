@@ -78,3 +78,9 @@ def test_quickstart_names_the_wheel_of_this_version():
     """The Quickstart's ``pip install dist/everystep-<version>-…whl`` names this version."""
     page = (ROOT / "docs" / "quickstart.md").read_text(encoding="utf-8")
     assert f"everystep-{everystep.__version__}-py3-none-any.whl" in page
+
+
+def test_image_label_carries_the_library_version():
+    """The runner image's OCI version label defaults to the library's version."""
+    dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    assert f"ARG VERSION={everystep.__version__}\n" in dockerfile
