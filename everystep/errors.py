@@ -82,21 +82,6 @@ class Terminal(EverystepError):
         return self.reason
 
 
-class IdempotencyConflict(EverystepError):
-    """``schedule()`` was given an idempotency key that already names a run of the same
-    workflow scheduled with different arguments: the key stands for one run with one set
-    of arguments, so the second call is refused instead of returning a run that does
-    something else. ``run_id`` is the existing run's id."""
-
-    def __init__(self, message: str, run_id: Any = None) -> None:
-        super().__init__(message, run_id)
-        self.message = message
-        self.run_id = run_id
-
-    def __str__(self) -> str:
-        return self.message
-
-
 class TablesMissing(EverystepError):
     """The database has no everystep tables (or lacks some): the project's migrations
     were not applied to it. ``python manage.py migrate`` creates them."""
@@ -180,7 +165,6 @@ __all__ = [
     "DrainRequested",
     "EffectUncertain",
     "EverystepError",
-    "IdempotencyConflict",
     "ReachedNewWork",
     "RunGone",
     "RunInterrupted",

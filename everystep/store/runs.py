@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any, ParamSpec, TypeVar
@@ -32,7 +33,6 @@ from everystep.errors import (
     AlreadyRecorded,
     ClaimLost,
     EverystepError,
-    IdempotencyConflict,
     RunGone,
     StepFailure,
     StoreUnavailable,
@@ -43,6 +43,8 @@ from everystep.serde import encode, encode_error, parse_json, storable_text
 from everystep.store import claims
 from everystep.store.wake import notify_due
 from everystep.values import Claim, RecordedStep
+
+logger = logging.getLogger("everystep.schedule")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -121,11 +123,12 @@ def _insert_run(name: str, args: list[Any], idempotency_key: str | None, due_at:
         existing = Workflow.objects.filter(name=name, idempotency_key=idempotency_key).first()
         if existing is None:
             raise
-        # The key names one run with one set of arguments. Compared in stored form (as
-        # canonical JSON, so 1 and 1.0 differ as they do in the row); the due time is
-        # not part of it, so the same arguments at another time return the run as it is.
+        # The key names one run (the contract: the existing run is returned). Other
+        # arguments under it are almost always a caller's bug, so they are logged.
+        # Compared in stored form (canonical JSON: 1 and 1.0 differ as they do in the
+        # row); the due time is not part of the key's identity.
         if _canonical(existing.args) != _canonical(args):
-            raise _conflict(existing, args) from None
+            _log_conflict(existing, args)
         return existing
 
 
@@ -133,16 +136,26 @@ def _canonical(stored: Any) -> str:
     return json.dumps(stored, sort_keys=True, separators=(",", ":"))
 
 
-def _conflict(existing: Workflow, args: list[Any]) -> IdempotencyConflict:
+def _log_conflict(existing: Workflow, args: list[Any]) -> None:
     def short(stored: Any) -> str:
         text = _canonical(stored)
         return text if len(text) <= 200 else f"{text[:200]}…"
 
-    return IdempotencyConflict(
-        f"idempotency_key {existing.idempotency_key!r} of workflow {existing.name} already "
-        f"names run {existing.id} ({existing.status}), scheduled with other arguments: "
-        f"{short(existing.args)}, not {short(args)}. Use a new key for new arguments",
+    logger.warning(
+        "idempotency_key %r of workflow %s already names run "
+        "%s (%s), scheduled with other arguments: %s, not %s; the existing run is returned "
+        "unchanged. Use a new key for new arguments",
+        existing.idempotency_key,
+        existing.name,
         existing.id,
+        existing.status,
+        short(existing.args),
+        short(args),
+        extra={
+            "event": "schedule.idempotency_conflict",
+            "run_id": str(existing.id),
+            "workflow": existing.name,
+        },
     )
 
 

@@ -177,12 +177,14 @@ def test_requeue_runner_refuses_names_no_runner_can_have(history, name, match):
 
 
 def test_requeue_runner_with_a_huge_name_requeues_nothing(history):
-    """A megabyte of runner name holds no run: nothing is requeued, the output is short."""
+    """A megabyte of runner name is an unknown runner: refused in a short message, nothing
+    requeued."""
     before = recorded()
     out = io.StringIO()
-    call_command("everystep_requeue_runner", MEGABYTE, stdout=out)
-    assert out.getvalue().startswith("requeued 0 run(s) held by 'xxx")
-    assert len(out.getvalue()) < 200
+    with pytest.raises(CommandError, match=r"^unknown runner 'xxx") as caught:
+        call_command("everystep_requeue_runner", MEGABYTE, stdout=out)
+    assert len(str(caught.value)) < 400
+    assert out.getvalue() == ""
     assert recorded() == before
 
 
