@@ -11,7 +11,8 @@ BASE_IMAGE ?= docker.io/library/python:3.12-slim
 # Extra `podman build` flags, e.g. a proxy CA: -v /etc/ssl/certs/ca-certificates.crt:/ca.crt:ro
 # --build-arg PIP_CERT=/ca.crt (see .ci/run).
 IMAGE_BUILD_FLAGS ?=
-# Django 6 needs Python >= 3.12: `make compat` runs the SQLite tiers once more there.
+# Django 6 needs Python >= 3.12: `make compat` runs the SQLite tiers once more there, with
+# USE_TZ = False (a project that keeps naive times).
 PYTHON_NEXT ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python) \
 	$(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python) \
 	$(shell command -v python3.12 python3.13 2>/dev/null))
@@ -22,7 +23,7 @@ VENV_TOOLS ?= .venv-tools
 TOOLS := checkov==3.3.30 kubernetes-validate==1.37.0
 K8S_VERSION ?= 1.37.0
 
-.PHONY: demo test lint docs unit quickstart integration compat browser image image-test \
+.PHONY: demo test lint docs unit quickstart integration modes compat browser image image-test \
 	compose-check install install-dev clean manifest-check install-tools
 
 $(BIN)/python:
@@ -48,7 +49,7 @@ lint: install-dev
 # are run by tests/integration/test_docs_examples.py. No --quiet: it hides warnings from
 # --strict, which then passes.
 docs: install-dev
-	$(BIN)/mkdocs build --strict --clean
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --clean
 
 unit: install-dev
 	$(BIN)/pytest tests/unit
@@ -59,11 +60,28 @@ unit: install-dev
 quickstart: install-dev
 	$(BIN)/pytest tests/packaging
 
-# The integration tier runs once per database; under CI=true a skip fails the run.
+# The integration tier runs once per database; under CI=true a skip fails the run. Its
+# SQLite run has DEBUG = True, a new project's default (Django then logs every query).
+DEBUG_DATABASES ?= sqlite
 integration: install-dev
 	@for db in $(DATABASES); do \
-		echo "== integration tests on $$db"; \
-		EVERYSTEP_TEST_DB=$$db $(BIN)/pytest tests/integration tests/acceptance || exit 1; \
+		debug=0; case " $(DEBUG_DATABASES) " in *" $$db "*) debug=1;; esac; \
+		echo "== integration tests on $$db (DEBUG=$$debug)"; \
+		EVERYSTEP_TEST_DB=$$db EVERYSTEP_TEST_DEBUG=$$debug \
+			$(BIN)/pytest tests/integration tests/acceptance || exit 1; \
+	done
+
+# The modes of users' projects on every database: the time and worker tests with
+# DEBUG = True, USE_TZ = False (naive local times in the database) and a zone far from UTC.
+MODES_ENV := EVERYSTEP_TEST_DEBUG=1 EVERYSTEP_TEST_USE_TZ=0 EVERYSTEP_TEST_TIME_ZONE=America/New_York
+MODES_TESTS := tests/integration/test_waits.py tests/integration/test_waits_ops.py \
+	tests/integration/test_testing_clock.py tests/integration/test_worker_embedded.py \
+	tests/integration/test_debug_mode.py tests/acceptance/test_waits_worker.py \
+	tests/acceptance/test_worker.py tests/acceptance/test_modes_worker.py
+modes: install-dev
+	@for db in $(DATABASES); do \
+		echo "== DEBUG, USE_TZ = False, America/New_York on $$db"; \
+		EVERYSTEP_TEST_DB=$$db $(MODES_ENV) $(BIN)/pytest $(MODES_TESTS) || exit 1; \
 	done
 
 # The UI in a real browser: Debian's chromium (/usr/bin/chromium) driven by Playwright;
@@ -78,7 +96,8 @@ compat:
 	$(VENV_NEXT)/bin/pip install --quiet 'Django>=6,<7' -e '.[postgres,metrics,sentry,otel,dev]' \
 		-e ./image
 	$(VENV_NEXT)/bin/python -c "import django; print('Django', django.__version__)"
-	EVERYSTEP_TEST_DB=sqlite $(VENV_NEXT)/bin/pytest tests/unit tests/integration tests/acceptance
+	EVERYSTEP_TEST_DB=sqlite EVERYSTEP_TEST_USE_TZ=0 \
+		$(VENV_NEXT)/bin/pytest tests/unit tests/integration tests/acceptance
 
 # The runner image, built from the real Dockerfile (docker format keeps the HEALTHCHECK).
 image:
@@ -112,8 +131,8 @@ manifest-check: install-tools
 	$(VENV_TOOLS)/bin/checkov --quiet --compact --skip-download --framework dockerfile \
 		-f Dockerfile
 
-test: lint docs manifest-check unit quickstart integration browser compat compose-check \
-	image-test
+test: lint docs manifest-check unit quickstart integration modes browser compat \
+	compose-check image-test
 
 clean:
 	rm -rf $(VENV) $(VENV_NEXT) $(VENV_TOOLS) .pytest_cache .mypy_cache .ruff_cache *.egg-info
