@@ -24,6 +24,12 @@ def project_time(value: datetime) -> datetime:
     return timezone.make_naive(value) if timezone.is_aware(value) else value
 
 
+def aware(value: datetime) -> datetime:
+    """``value`` as an aware datetime, for arithmetic with real instants (a run id's
+    time): a naive one is read in the current time zone, whatever ``USE_TZ`` says."""
+    return timezone.make_aware(value) if timezone.is_naive(value) else value
+
+
 def from_row(value: datetime | str) -> datetime:
     """A time read by the driver's own cursor: SQLite gives text, MariaDB naive values.
 

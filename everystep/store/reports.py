@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from everystep.models import Status, Step, Workflow, WorkflowQuerySet
 from everystep.store.waits import waiting_count
+from everystep.times import aware
 
 
 def queue_stats() -> dict[str, Any]:
@@ -123,9 +124,9 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def first_id_at(moment: datetime) -> UUID:
-    """The smallest run id made at or after ``moment`` (an aware datetime), clamped to
-    the ids' range of times."""
-    ms = (moment - _EPOCH) // timedelta(milliseconds=1)
+    """The smallest run id made at or after ``moment`` (naive: in the current time zone),
+    clamped to the ids' range of times."""
+    ms = (aware(moment) - _EPOCH) // timedelta(milliseconds=1)
     return UUID(int=max(0, min(ms, (1 << _MS_BITS) - 1)) << (128 - _MS_BITS))
 
 
