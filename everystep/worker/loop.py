@@ -183,6 +183,9 @@ class Worker:
         )
         while not self.state.stop.is_set():
             self.state.tick()  # retrying the database is not being wedged
+            if self._outage.migrating():
+                self.state.stop.wait(self._outage.backoff)
+                continue
             try:
                 self._warn_if_name_is_live(beat)
                 beat.beat()

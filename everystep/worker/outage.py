@@ -7,6 +7,7 @@ import logging
 
 from django.db import connections
 
+from everystep import store
 from everystep.store.runs import missing_tables
 
 logger = logging.getLogger("everystep.worker")
@@ -49,6 +50,32 @@ class Outage:
             )
         self._tables_missing = missing is not None
         connections.close_all()
+
+    def migrating(self) -> bool:
+        """After missing tables: whether everystep's migrations are still being applied.
+
+        Tables appear one migration at a time while ``migrate`` runs. A worker that used
+        them at once would hold row locks that a later migration's ``ALTER TABLE`` waits
+        for on PostgreSQL, and the two deadlock: the migrate fails. So the worker waits
+        until the last of everystep's migrations is in."""
+        if not self._tables_missing:
+            return False
+        try:
+            pending = [m for m in store.unapplied_migrations() if m.startswith("everystep.")]
+        except store.DATABASE_ERRORS:
+            pending = ["(the migration history could not be read)"]
+        if not pending:
+            return False
+        self.backoff = min(max(self.backoff * 2, self.poll, 0.2), MAX_BACKOFF)
+        logger.debug(
+            "everystep's tables are still missing or being migrated (pending: %s); "
+            "retrying in %.1fs",
+            ", ".join(pending),
+            self.backoff,
+            extra={"event": "worker.tables_missing", "runner": self.runner},
+        )
+        connections.close_all()
+        return True
 
     def up(self) -> None:
         """An attempt succeeded."""
