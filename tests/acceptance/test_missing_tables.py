@@ -6,6 +6,7 @@ by the test (a new SQLite file, or a new PostgreSQL / MariaDB database, dropped 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -116,7 +117,9 @@ def test_a_worker_waits_for_migrate_and_then_works(fresh_env: dict[str, str], wo
     )
     assert scheduled.returncode == 0, scheduled.stderr
     run_id = scheduled.stdout.split()[-1]
-    wait_until(lambda: f"run {run_id} " in worker.log(), 60, "the run's completion")
+    # The run's outcome line (its steps log at DEBUG before it, also naming the run).
+    outcome = re.compile(rf"run {run_id} \(\S+\) (completed|failed|stopped|blocked)")
+    wait_until(lambda: outcome.search(worker.log()), 60, "the run's outcome")
     log = worker.log()
     assert f"run {run_id} (tests.testapp.workflows.sequential) completed" in log
     assert log.count(MIGRATE_HINT) == 1
