@@ -20,7 +20,7 @@ def project_time(value: datetime) -> datetime:
     """``value`` in the project's form: a naive time is read in the current time zone
     (with ``USE_TZ``), an aware one is turned into naive local time (without it)."""
     if settings.USE_TZ:
-        return timezone.make_aware(value) if timezone.is_naive(value) else value
+        return aware(value)
     return timezone.make_naive(value) if timezone.is_aware(value) else value
 
 

@@ -18,6 +18,7 @@ from django.utils import timezone
 from everystep import serde
 from everystep.errors import EverystepError
 from everystep.models import Status
+from everystep.times import aware
 
 FILTER_MAX_LENGTH = 255
 # Text from the query string echoed in a notice is cut to this many characters.
@@ -138,9 +139,7 @@ def _moment(request: HttpRequest, param: str, found: RunsQuery) -> datetime | No
     try:
         if len(text) > TIME_MAX_LENGTH:
             raise ValueError
-        moment = datetime.fromisoformat(text).replace(microsecond=0)
-        if timezone.is_naive(moment):
-            moment = timezone.make_aware(moment)
+        moment = aware(datetime.fromisoformat(text).replace(microsecond=0))
         # Far-off years overflow here rather than later, in a query.
         local = timezone.localtime(moment)
     except (ValueError, OverflowError):
