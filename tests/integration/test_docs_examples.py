@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.markdown import fences
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^(?P<indent> *)```(?P<info>[^\n`]*)$")
@@ -48,18 +50,11 @@ def examples(page: Path) -> list[Example]:
     """The ```python blocks of ``page``, in order."""
     lines = page.read_text(encoding="utf-8").splitlines()
     found: list[Example] = []
-    i = 0
-    while i < len(lines):
-        opening = FENCE.match(lines[i])
-        if opening is None:
-            i += 1
-            continue
+    for i, end, opening in fences(lines, FENCE):
         indent, info = len(opening["indent"]), opening["info"].strip()
-        end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), len(lines))
         if info.split(" ")[0] == "python":
             code = "\n".join(line[indent:] for line in lines[i + 1 : end])
             found.append(Example(i + 2, code, not _marked_fragment(lines, i)))
-        i = end + 1
     return found
 
 

@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.markdown import fences
+
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "quickstart.md"
 FENCE = re.compile(r"^```(?P<lang>\w*)\s*$")
 MARKER = re.compile(r"^<!--\s*quickstart:\s*(?P<action>[\w-]+)(?:\s+(?P<target>\S+))?\s*-->$")
@@ -53,20 +55,15 @@ def blocks(page: Path = PAGE) -> list[Block]:
     lines = page.read_text(encoding="utf-8").splitlines()
     found: list[Block] = []
     used: set[int] = set()
-    i = 0
-    while i < len(lines):
-        opening = FENCE.match(lines[i])
-        if opening is None:
-            i += 1
-            continue
-        end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == "```")
+    for i, end, opening in fences(lines, FENCE):
+        if end == len(lines):
+            raise ValueError(f"{page.name}:{i + 1}: a code block that is never closed")
         for at, marker in _markers_before(lines, i):
             used.add(at)
             action, target = marker["action"], marker["target"]
             if LANGUAGES.get(action) != opening["lang"] or (action in TARGETED) != bool(target):
                 raise ValueError(f"{page.name}:{at + 1}: {lines[at]!r} does not fit its block")
             found.append(Block(action, target, "\n".join(lines[i + 1 : end]) + "\n", i + 1))
-        i = end + 1
     stray = [n + 1 for n, line in enumerate(lines) if "quickstart:" in line and n not in used]
     if stray:
         raise ValueError(f"{page.name}: quickstart markers that mark no block, lines {stray}")
