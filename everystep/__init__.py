@@ -14,38 +14,33 @@ __version__ = "0.1.0"
 __all__ = [
     "Terminal",
     "deprecate_patch",
+    "gather",
     "parallel",
     "patched",
+    "result",
     "schedule",
     "send",
     "sleep",
     "sleep_until",
+    "start",
     "step",
     "wait_for",
     "workflow",
 ]
-_API = {
-    "deprecate_patch",
-    "parallel",
-    "patched",
-    "schedule",
-    "send",
-    "sleep",
-    "sleep_until",
-    "step",
-    "wait_for",
-    "workflow",
-}
+_API = set(__all__) - {"Terminal"}
 
 if TYPE_CHECKING:
     from everystep.api import (
         deprecate_patch,
+        gather,
         parallel,
         patched,
+        result,
         schedule,
         send,
         sleep,
         sleep_until,
+        start,
         step,
         wait_for,
         workflow,

@@ -1,6 +1,6 @@
 """The public API: ``@workflow``, ``@step``, ``parallel``, ``schedule``, the durable waits
-(``sleep``, ``sleep_until``, ``wait_for``), ``send``, and versioning (``patched``,
-``deprecate_patch``).
+(``sleep``, ``sleep_until``, ``wait_for``), ``send``, versioning (``patched``,
+``deprecate_patch``), and composition (``start``, ``result``, ``gather``).
 
 Nothing here touches the database at import time, so workflow modules can be imported
 before Django is fully set up.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
@@ -147,22 +147,72 @@ def schedule(
     due = timezone.now() if at is None else as_instant(at, "schedule() at")
     if delay is not None:
         due += as_delay(delay, "schedule() delay")
+    defn, stored = _run_of(workflow_fn, args, idempotency_key, "schedule")
+    return store.create_run(defn.name, stored, idempotency_key, due_at=due)
 
+
+def start(
+    workflow_fn: Callable[..., Any],
+    *args: Any,
+    idempotency_key: str | None = None,
+    everystep_id: str | None = None,
+) -> Workflow:
+    """Inside a running workflow body (or fork branch): start a child run of
+    ``workflow_fn(*args)``, recorded like a step, so a replay returns the same child and
+    no crash can start a second one; the child's ``parent`` is the calling run. Outside
+    a running body it is ``schedule()``."""
+    from everystep import store
+    from everystep.engine import children
+    from everystep.engine.recorded import body_frame
+
+    defn, stored = _run_of(workflow_fn, args, idempotency_key, "start")
+    frame = body_frame()
+    if frame is None:
+        return store.create_run(defn.name, stored, idempotency_key)
+    return children.start(frame, defn.name, stored, idempotency_key, everystep_id)
+
+
+def result(run: Workflow | UUID | str, timeout: timedelta | float | None = None) -> Any:
+    """Wait until ``run`` (a ``Workflow`` or a run id) has ended and return its result.
+    A failed run's exception is raised (rebuilt as on replay), a stopped run raises
+    ``RunStopped``, a cancelled one ``RunCancelled``; a blocked run is waited through;
+    past ``timeout`` (seconds or ``timedelta``): ``WaitTimeout``. Inside a body the wait
+    is durable (recorded, no worker slot held meanwhile); outside, it blocks."""
+    from everystep.engine import results
+
+    return results.result(run, timeout)
+
+
+def gather(
+    runs: Sequence[Workflow | UUID | str], timeout: timedelta | float | None = None
+) -> list[Any]:
+    """The results of ``runs``, in order, once the last has ended: inside a body one
+    durable wait, resumed once. Failures as ``parallel()`` raises them: one is raised,
+    several become an ``ExceptionGroup``."""
+    from everystep.engine import results
+
+    return results.gather(runs, timeout)
+
+
+def _run_of(
+    workflow_fn: Callable[..., Any], args: tuple[Any, ...], idempotency_key: str | None, verb: str
+) -> tuple[WorkflowDef, Any]:
+    """The definition of ``workflow_fn`` and its arguments stored, checked before any
+    run is written."""
     defn = registry.workflow_def(workflow_fn)
     if defn is None:
         raise TypeError(f"{workflow_fn!r} is not a @workflow function")
-    _check_arguments(defn, args)
+    _check_arguments(defn, args, verb)
     if idempotency_key is not None and (
         not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > 255
     ):
         raise TypeError("idempotency_key must be a non-empty string of at most 255 characters")
     if idempotency_key is not None:
         serde.storable_text(idempotency_key, f"idempotency_key of workflow {defn.name}")
-    stored = serde.encode(list(args), f"arguments of workflow {defn.name}")
-    return store.create_run(defn.name, stored, idempotency_key, due_at=due)
+    return defn, serde.encode(list(args), f"arguments of workflow {defn.name}")
 
 
-def _check_arguments(defn: WorkflowDef, args: tuple[Any, ...]) -> None:
+def _check_arguments(defn: WorkflowDef, args: tuple[Any, ...], verb: str) -> None:
     """A ``TypeError`` naming the workflow if its body cannot be called with ``args``,
     now rather than in a failed run later."""
     signature = _signature(defn)
@@ -176,7 +226,7 @@ def _check_arguments(defn: WorkflowDef, args: tuple[Any, ...]) -> None:
             return_annotation=signature.empty,
         )
         raise TypeError(
-            f"cannot schedule workflow {defn.name}{bare}: {exc} "
+            f"cannot {verb} workflow {defn.name}{bare}: {exc} "
             f"(given {len(args)} positional argument{'' if len(args) == 1 else 's'})"
         ) from None
 

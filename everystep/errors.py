@@ -88,7 +88,25 @@ class TablesMissing(EverystepError):
 
 
 class WaitTimeout(EverystepError):
-    """``wait_for(name, timeout=…)`` reached its timeout before the event was sent."""
+    """A wait reached its timeout first: ``wait_for(name, timeout=…)`` before the event
+    was sent, ``result(run, timeout=…)``/``gather(…)`` before the runs ended."""
+
+
+class RunStopped(EverystepError):
+    """``result()``/``gather()`` of a run that ended ``stopped`` (``Terminal``): its
+    ``reason`` and ``payload``, as the run recorded them."""
+
+    def __init__(self, reason: str, payload: Any = None) -> None:
+        super().__init__(reason, payload)
+        self.reason = reason
+        self.payload = payload
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class RunCancelled(EverystepError):
+    """``result()``/``gather()`` of a run that was cancelled."""
 
 
 class TooManyRecoveries(EverystepError):
@@ -107,13 +125,17 @@ class RunInterrupted(BaseException):
 
 
 class Suspended(RunInterrupted):
-    """Internal: the run waits (a sleep, an event); release it until ``due`` (None: until
-    one of ``events`` is sent). Raised where the wait is replayed; the pass ends there."""
+    """Internal: the run waits (a sleep, an event, other runs); release it until ``due``
+    (None: until one of ``events`` is sent or the last of ``runs`` ends). Raised where
+    the wait is replayed; the pass ends there."""
 
-    def __init__(self, due: Any, events: frozenset[str] = frozenset()) -> None:
-        super().__init__(f"waiting until {due}" if due is not None else "waiting for an event")
+    def __init__(
+        self, due: Any, events: frozenset[str] = frozenset(), runs: frozenset[Any] = frozenset()
+    ) -> None:
+        super().__init__(f"waiting until {due}" if due is not None else "waiting")
         self.due = due
         self.events = events
+        self.runs = runs
 
 
 class ReachedNewWork(RunInterrupted):
@@ -166,8 +188,10 @@ __all__ = [
     "EffectUncertain",
     "EverystepError",
     "ReachedNewWork",
+    "RunCancelled",
     "RunGone",
     "RunInterrupted",
+    "RunStopped",
     "SimulatedCrash",
     "StepFailure",
     "StoreUnavailable",

@@ -1,6 +1,6 @@
 """The tables everystep keeps: one ``Workflow`` row per run, one ``Step`` row per
-executed step, one ``Event`` row per event sent to a run, one ``Runner`` row per live
-worker."""
+executed step, one ``Event`` row per event sent to a run, one ``RunWait`` row per run a
+waiting body awaits, one ``Runner`` row per live worker."""
 
 from __future__ import annotations
 
@@ -169,6 +169,14 @@ class Workflow(models.Model):
     due_at = models.DateTimeField(null=True, blank=True, default=timezone.now)
     # The events a waiting run awaits (comma-separated), for operators and for ``send``.
     waiting_for = models.CharField(max_length=255, null=True, blank=True)
+    # The run whose body started this one with ``everystep.start`` (a child run).
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    # Someone waits for this run's end (a body's ``result``/``gather``, a blocking
+    # ``result()``): its outcome also wakes them. Set by the waiter before it waits, read
+    # back by the outcome's own statement, so runs nobody awaits pay nothing for it.
+    awaited = models.BooleanField(default=False)
 
     class Meta:
         constraints = [
@@ -246,6 +254,24 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} for {self.workflow_id}"
+
+
+class RunWait(models.Model):
+    """One run a waiting body awaits (``result``, ``gather``): the waiter is woken once
+    no row of its own is left (each awaited run's end deletes its rows)."""
+
+    waiter = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="awaits")
+    awaited_run = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="awaited_by")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["waiter", "awaited_run"], name="everystep_unique_run_wait"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.waiter_id} awaits {self.awaited_run_id}"
 
 
 class Runner(models.Model):

@@ -156,7 +156,7 @@ def _settle(claim: Claim, workflow: str, began: float, exc: BaseException) -> Pa
     if isinstance(exc, StoreUnavailable):
         raise exc
     if isinstance(exc, Suspended):
-        if store.suspend_run(claim, exc.due, exc.events):
+        if store.suspend_run(claim, exc.due, exc.events, exc.runs):
             signals.run_suspended.send(
                 sender=RunState,
                 run_id=claim.run_id,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextvars
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from django.db import connections
 
@@ -151,12 +151,24 @@ def _settle(results: list[Any], errors: list[BaseException | None]) -> tuple[Any
     if waits:
         # Branches still waiting: the fork is not over, and the errors of the others are
         # recorded and will be re-raised by the pass that completes it. The run waits
-        # until the first branch is due, or for any event a branch awaits.
+        # until the first branch is due, for any event a branch awaits, or until every
+        # run the branches await has ended.
         dues = [exc.due for exc in waits if exc.due is not None]
-        raise Suspended(min(dues) if dues else None, frozenset().union(*(w.events for w in waits)))
+        raise Suspended(
+            min(dues) if dues else None,
+            frozenset().union(*(w.events for w in waits)),
+            frozenset().union(*(w.runs for w in waits)),
+        )
+    raise_failures(raised, "parallel branches")
+
+
+def raise_failures(raised: Sequence[BaseException], what: str) -> NoReturn:
+    """Raise what several failed together as the caller sees it: one failure itself,
+    several as an ``ExceptionGroup`` (``what``: of what, for its message); a
+    ``KeyboardInterrupt`` or ``SystemExit`` first, since the process is ending."""
     for exc in raised:
-        if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: the process ends
+        if not isinstance(exc, Exception):
             raise exc
     if len(raised) == 1:
         raise raised[0]
-    raise ExceptionGroup(f"{len(raised)} parallel branches failed", raised)  # type: ignore[type-var]
+    raise ExceptionGroup(f"{len(raised)} {what} failed", list(raised))  # type: ignore[type-var]

@@ -26,16 +26,11 @@ itself can go: a decision nobody reaches any more is ignored (``history_beyond``
 
 from __future__ import annotations
 
-import time
-
-from django.utils import timezone
-
-from everystep import serde, store
-from everystep.engine import steps
-from everystep.engine.state import PATCH_RECORD, Frame, check_length, check_name, current_frame
+from everystep.engine.recorded import body_frame, reach, served
+from everystep.engine.replay import Decision
+from everystep.engine.state import PATCH_RECORD, Frame, check_length, check_name
 from everystep.errors import WorkflowCodeError
 from everystep.models import StepStatus
-from everystep.values import RecordedStep
 
 
 def patched(change_id: str) -> bool:
@@ -43,20 +38,21 @@ def patched(change_id: str) -> bool:
     history shows it got past it under the code before ``change_id``. Outside a running
     workflow body (a direct call, a step body) there is no history: True."""
     check_name(change_id, "patch change id")
-    frame = _frame()
+    frame = body_frame()
     if frame is None:
         return True
-    run = frame.run
-    step_id = _patch_id(frame, change_id)
-    recorded = run.recorded(step_id)
-    if recorded is not None:
-        decision = _recorded_decision(frame, step_id, recorded, change_id)
+    op = reach(
+        frame, PATCH_RECORD, step_id=_patch_id(frame, change_id), shown=f"patched({change_id!r})"
+    )
+    if op.decision is Decision.EXECUTE:
+        decision = not op.run.history_beyond(frame.scope.prefix)
+        if not op.run.checking:
+            op.run.record(
+                op.step_id, PATCH_RECORD, StepStatus.DONE, args=[change_id], result=decision
+            )
     else:
-        decision = not run.history_beyond(frame.scope.prefix)
-        if not run.checking:
-            _record(frame, step_id, change_id, decision)
-    run.visit(step_id)
-    run.patches.setdefault(change_id, decision)
+        decision = bool(served(op))
+    op.run.patches.setdefault(change_id, decision)
     return decision
 
 
@@ -64,7 +60,7 @@ def deprecate_patch(change_id: str) -> None:
     """Stands where ``patched(change_id)`` stood once its old branch is deleted: decided
     and recorded the same way, but a run that took (or would now take) the old branch
     fails with ``WorkflowCodeError`` instead of replaying code it never ran."""
-    frame = _frame()
+    frame = body_frame()
     if patched(change_id) or frame is None:
         return
     run = frame.run
@@ -82,38 +78,5 @@ def deprecate_patch(change_id: str) -> None:
     )
 
 
-def _frame() -> Frame | None:
-    frame = current_frame.get()
-    if frame is None or frame.in_step:
-        return None
-    if frame.run.aborted is not None:
-        raise frame.run.aborted
-    return frame
-
-
 def _patch_id(frame: Frame, change_id: str) -> str:
     return check_length(f"{frame.scope.prefix}patched {change_id}")
-
-
-def _recorded_decision(frame: Frame, step_id: str, recorded: RecordedStep, change_id: str) -> bool:
-    run = frame.run
-    if recorded.name != PATCH_RECORD or recorded.status != StepStatus.DONE:
-        raise run.abort(steps.code_changed(run, step_id, recorded.name, f"patched({change_id!r})"))
-    return bool(serde.decode(recorded.result))
-
-
-def _record(frame: Frame, step_id: str, change_id: str, decision: bool) -> None:
-    run = frame.run
-    began = time.monotonic()
-    now = timezone.now()
-    store.record_step(
-        run.claim,
-        step_id=step_id,
-        name=PATCH_RECORD,
-        args=[change_id],
-        kwargs={},
-        status=StepStatus.DONE,
-        started_at=now,
-        result=decision,
-    )
-    steps.recorded(run, RecordedStep(step_id, PATCH_RECORD, StepStatus.DONE, decision), began)

@@ -1,4 +1,6 @@
-"""The replay decision: what to do with one step call, given what is recorded.
+"""The replay decision: what to do with one recorded operation (a step call, a sleep, a
+wait, a patch decision, a child's start, a wait for runs), given what is recorded at its
+id.
 
 A pure function over plain values, so every branch of it is unit-tested without a
 database.
@@ -17,10 +19,13 @@ class Decision(enum.Enum):
     RAISE_ERROR = "raise_error"  # recorded failed: re-raise the stored exception
     CODE_CHANGED = "code_changed"  # a different function is recorded at this id
     UNCERTAIN = "uncertain"  # an unsafe step started and its outcome was never recorded
+    PENDING = "pending"  # a wait started and has no outcome yet: look again, or suspend
 
 
-def decide(recorded: RecordedStep | None, called_name: str) -> Decision:
-    """Decide how a step call at an id is served on this pass."""
+def decide(recorded: RecordedStep | None, called_name: str, *, waits: bool = False) -> Decision:
+    """Decide how the operation ``called_name`` at an id is served on this pass.
+    ``waits``: the operation is a wait, whose ``started`` record is a wait in progress
+    (for a step it is an effect that may have happened)."""
     if recorded is None:
         return Decision.EXECUTE
     if recorded.name != called_name:
@@ -29,4 +34,4 @@ def decide(recorded: RecordedStep | None, called_name: str) -> Decision:
         return Decision.SERVE_RESULT
     if recorded.status == "failed":
         return Decision.RAISE_ERROR
-    return Decision.UNCERTAIN
+    return Decision.PENDING if waits else Decision.UNCERTAIN

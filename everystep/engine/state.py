@@ -9,18 +9,23 @@ their own.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 from uuid import UUID
 
+from django.utils import timezone
+
+from everystep import signals, store
 from everystep.errors import EverystepError, ReachedNewWork
 from everystep.serde import storable_text
 from everystep.values import Claim, RecordedStep
 
 MAX_STEP_ID_LENGTH = 300
-# The name under which ``patched`` records a decision (``everystep.engine.patches``).
-PATCH_RECORD = "everystep.patched"
+# The names under which the operations that are not steps are recorded.
+PATCH_RECORD = "everystep.patched"  # ``everystep.engine.patches``
 
 
 class Scope:
@@ -127,6 +132,67 @@ class RunState:
         there, since what follows would be new work."""
         if self.checking:
             raise ReachedNewWork(step_id)
+
+    def record(
+        self,
+        step_id: str,
+        name: str,
+        status: str,
+        *,
+        args: list[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        result: Any = None,
+        error: dict[str, Any] | None = None,
+        began: float | None = None,
+        started_at: Any = None,
+        after_started: bool = False,
+        child: store.Child | None = None,
+    ) -> RecordedStep:
+        """Record an operation at ``step_id`` (fenced by the claim), then make it known:
+        every record of every kind goes through here. ``after_started``: this outcome
+        replaces the operation's own ``started`` record (an unsafe step's). ``child``: a
+        child run to insert with the record, whose id becomes its result."""
+        self.writing(step_id)
+        began = time.monotonic() if began is None else began
+        result = store.record_step(
+            self.claim,
+            step_id=step_id,
+            name=name,
+            args=[] if args is None else args,
+            kwargs={} if kwargs is None else kwargs,
+            status=status,
+            started_at=started_at or timezone.now(),
+            result=result,
+            error=error,
+            after_started=after_started,
+            child=child,
+        )
+        return self._announce(RecordedStep(step_id, name, status, result, error), began)
+
+    def settle(
+        self, step_id: str, name: str, status: str, *, result: Any = None, error: Any = None
+    ) -> RecordedStep:
+        """Give a wait in progress (its ``started`` record) its outcome, fenced."""
+        self.writing(step_id)
+        began = time.monotonic()
+        store.settle_started(self.claim, step_id, status=status, result=result, error=error)
+        return self._announce(RecordedStep(step_id, name, status, result, error), began)
+
+    def _announce(self, step: RecordedStep, began: float) -> RecordedStep:
+        """What follows every record of this pass: later calls in the pass see it, and
+        the ``step_recorded`` receivers (logs, metrics) hear of it."""
+        self.remember(step)
+        signals.step_recorded.send(
+            sender=RunState,
+            run_id=self.run_id,
+            workflow=self.workflow_name,
+            runner=self.claim.runner,
+            step_id=step.step_id,
+            step=step.name,
+            status=step.status,
+            duration=time.monotonic() - began,
+        )
+        return step
 
     def snapshot(self) -> dict[str, RecordedStep]:
         with self.lock:

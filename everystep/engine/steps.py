@@ -11,8 +11,9 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
-from everystep import serde, signals, store, tracing
-from everystep.engine import replay
+from everystep import serde, store, tracing
+from everystep.engine.recorded import body_frame, reach, served
+from everystep.engine.replay import Decision
 from everystep.engine.state import Frame, RunState, current_frame
 from everystep.errors import (
     DrainRequested,
@@ -21,10 +22,9 @@ from everystep.errors import (
     RunInterrupted,
     SimulatedCrash,
     Terminal,
-    WorkflowCodeError,
 )
+from everystep.models import StepStatus
 from everystep.registry import StepDef
-from everystep.values import RecordedStep
 
 # Crash points installed by ``everystep.testing`` (``crash_at``, ``crash_after``): each
 # is asked ``point(where, step_id, name)`` whether the process "dies" there. ``where``:
@@ -70,35 +70,21 @@ def call_step(
 ) -> Any:
     """Run a ``@step`` call: a plain call outside a run or inside another step's body,
     otherwise served from the record or executed and recorded."""
-    frame = current_frame.get()
-    if frame is None or frame.in_step:
+    frame = body_frame()
+    if frame is None:
         return defn.fn(*args, **kwargs)
-    run = frame.run
-    if run.aborted is not None:
-        raise run.aborted
-    step_id = frame.next_id(everystep_id)
-    recorded = run.recorded(step_id)
-    decision = replay.decide(recorded, defn.name)
-    if decision is replay.Decision.EXECUTE:
-        return _execute(frame, defn, step_id, args, kwargs)
-    assert recorded is not None
-    if decision is replay.Decision.SERVE_RESULT:
-        return serde.decode(recorded.result)
-    if decision is replay.Decision.RAISE_ERROR:
-        assert recorded.error is not None
-        exc = serde.decode_error(recorded.error)
-        if isinstance(exc, Terminal):
-            raise run.abort(exc)
-        raise exc
-    if decision is replay.Decision.CODE_CHANGED:
-        raise run.abort(code_changed(run, step_id, recorded.name, defn.name))
-    raise run.abort(
-        EffectUncertain(
-            f"run {run.run_id}: unsafe step {step_id} ({defn.name}) started but its outcome was "
-            "never recorded; settle it with everystep_resolve_step",
-            step_id,
+    op = reach(frame, defn.name, everystep_id=everystep_id)
+    if op.decision is Decision.EXECUTE:
+        return _execute(frame, defn, op.step_id, args, kwargs)
+    if op.decision is Decision.UNCERTAIN:
+        raise op.run.abort(
+            EffectUncertain(
+                f"run {op.run.run_id}: unsafe step {op.step_id} ({defn.name}) started but its "
+                "outcome was never recorded; settle it with everystep_resolve_step",
+                op.step_id,
+            )
         )
-    )
+    return served(op)
 
 
 def _execute(
@@ -109,19 +95,16 @@ def _execute(
     # The drain boundary: a step that is not recorded yet is not started while draining.
     if run.should_drain():
         raise DrainRequested(f"drain requested before step {step_id}")
-    stored_args = serde.encode(list(args), f"arguments of step {step_id}")
-    stored_kwargs = serde.encode(kwargs, f"keyword arguments of step {step_id}")
-    started_at = timezone.now()
     record = {
         "step_id": step_id,
         "name": defn.name,
-        "args": stored_args,
-        "kwargs": stored_kwargs,
-        "started_at": started_at,
+        "args": serde.encode(list(args), f"arguments of step {step_id}"),
+        "kwargs": serde.encode(kwargs, f"keyword arguments of step {step_id}"),
+        "started_at": timezone.now(),
     }
     if defn.unsafe_to_repeat:
         # Committed before the body runs: a crash inside it leaves evidence on replay.
-        store.record_step(run.claim, status="started", **record)
+        run.record(status=StepStatus.STARTED, **record)
     if _crash_points:
         _maybe_crash(step_id, defn.name, "before_body")
     # An atomic step's body and its record share one transaction, fenced by the claim:
@@ -211,18 +194,6 @@ def atomic_body(run: RunState, step_id: str, name: str) -> Iterator[None]:
                 raise run.aborted
 
 
-def code_changed(run: RunState, step_id: str, recorded: str, called: str) -> WorkflowCodeError:
-    """The error of a replay that finds ``recorded`` at ``step_id`` where the body now
-    calls ``called``."""
-    return WorkflowCodeError(
-        f"run {run.run_id}: step {step_id} was recorded as {recorded} but the workflow now "
-        f"calls {called} there; the code changed incompatibly",
-        step_id=step_id,
-        recorded=recorded,
-        called=called,
-    )
-
-
 def _passes_through(exc: BaseException) -> bool:
     """Whether a step body's exception unwinds the pass instead of being recorded as the
     step's failure. Every other one, SystemExit and custom BaseExceptions included, is
@@ -237,22 +208,6 @@ def _passes_through(exc: BaseException) -> bool:
     )
 
 
-def recorded(run: RunState, step: RecordedStep, began: float) -> None:
-    """What follows every record of this pass (a step's, a wait's): later calls in the
-    pass see it, and the ``step_recorded`` receivers (logs, metrics) hear of it."""
-    run.remember(step)
-    signals.step_recorded.send(
-        sender=RunState,
-        run_id=run.run_id,
-        workflow=run.workflow_name,
-        runner=run.claim.runner,
-        step_id=step.step_id,
-        step=step.name,
-        status=step.status,
-        duration=time.monotonic() - began,
-    )
-
-
 def _record(
     run: RunState,
     record: dict[str, Any],
@@ -263,9 +218,8 @@ def _record(
     error: dict[str, Any] | None = None,
     after: bool,
 ) -> None:
-    store.record_step(
-        run.claim, status=status, result=result, error=error, after_started=after, **record
+    run.record(
+        status=status, result=result, error=error, began=began, after_started=after, **record
     )
-    recorded(run, RecordedStep(record["step_id"], record["name"], status, result, error), began)
     if _crash_points:
         _maybe_crash(record["step_id"], record["name"], "after_record")

@@ -16,19 +16,18 @@ its outcome is known, then ``done`` with the payload or ``failed`` with ``WaitTi
 from __future__ import annotations
 
 import math
-import time
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
 
 from everystep import serde, signals, store
-from everystep.engine import steps
+from everystep.engine.recorded import Operation, body_frame, reach, served
+from everystep.engine.replay import Decision
 from everystep.engine.state import Frame, RunState, current_frame
 from everystep.errors import EverystepError, Suspended, WaitTimeout, WorkflowCodeError
 from everystep.models import StepStatus
 from everystep.times import project_time
-from everystep.values import RecordedStep
 
 SLEEP = "everystep.sleep"
 WAIT = "everystep.wait_for"
@@ -72,95 +71,84 @@ def wait_for(name: str, timeout: timedelta | float | None = None) -> Any:
     its payload, or raise ``WaitTimeout`` once ``timeout`` has passed without it."""
     store.check_event_name(name)
     limit = None if timeout is None else as_delay(timeout, "wait_for() timeout")
-    frame, step_id = _position("wait_for()")
-    run = frame.run
-    recorded = run.recorded(step_id)
+    op = reach(durable_frame("wait_for()"), WAIT, waits=True)
+    run = op.run
     now = timezone.now()
-    if recorded is None:
+    if op.decision is Decision.EXECUTE:
         deadline = None if limit is None else now + limit
         sent, payload = store.event_payload(run.run_id, name)
         if sent:
-            _record(run, step_id, WAIT, [name], StepStatus.DONE, result=payload)
+            run.record(op.step_id, WAIT, StepStatus.DONE, args=[name], result=payload)
             return serde.decode(payload)
         if deadline is not None and deadline <= now:
-            raise _time_out(run, step_id, name, None)
+            raise _time_out(op, name, None)
         pending = {"event": name, "deadline": serde.encode(deadline)}
-        _record(run, step_id, WAIT, [name], StepStatus.STARTED, result=pending)
+        run.record(op.step_id, WAIT, StepStatus.STARTED, args=[name], result=pending)
         raise Suspended(deadline, frozenset({name}))
-    _check(run, step_id, recorded, WAIT)
-    if recorded.status == StepStatus.DONE:
-        return serde.decode(recorded.result)
-    if recorded.status == StepStatus.FAILED:
-        assert recorded.error is not None
-        raise serde.decode_error(recorded.error)
-    pending = recorded.result or {}
+    if op.decision is not Decision.PENDING:
+        return served(op)
+    assert op.recorded is not None
+    pending = op.recorded.result or {}
     if pending.get("event") != name:
         raise run.abort(
             WorkflowCodeError(
-                f"run {run.run_id}: step {step_id} waits for event {pending.get('event')!r} "
-                f"in its record but the workflow now waits for {name!r}; the code changed "
-                "incompatibly",
-                step_id=step_id,
+                f"run {run.run_id}: step {op.step_id} waits for event "
+                f"{pending.get('event')!r} in its record but the workflow now waits for "
+                f"{name!r}; the code changed incompatibly",
+                step_id=op.step_id,
                 recorded=f"wait_for({pending.get('event')!r})",
                 called=f"wait_for({name!r})",
             )
         )
-    deadline = _recorded_time(pending.get("deadline"))
+    deadline = recorded_time(pending.get("deadline"))
     sent, payload = store.event_payload(run.run_id, name)
     if sent:
-        _woken(run, step_id, now)
-        _settle(run, step_id, StepStatus.DONE, result=payload)
+        woken(run, op.step_id, now)
+        run.settle(op.step_id, WAIT, StepStatus.DONE, result=payload)
         return serde.decode(payload)
     if deadline is not None and deadline <= now:
-        _woken(run, step_id, now, deadline)
-        raise _time_out(run, step_id, name, deadline)
+        woken(run, op.step_id, now, deadline)
+        raise _time_out(op, name, deadline)
     raise Suspended(deadline, frozenset({name}))
 
 
 def _sleep(wake_time: Any, what: str) -> None:
-    frame, step_id = _position(what)
-    run = frame.run
-    recorded = run.recorded(step_id)
+    op = reach(durable_frame(what), SLEEP)
     now = timezone.now()
-    if recorded is None:
+    if op.decision is Decision.EXECUTE:
         wake = wake_time(now)
-        _record(run, step_id, SLEEP, [], StepStatus.DONE, result=serde.encode(wake))
+        op.run.record(op.step_id, SLEEP, StepStatus.DONE, result=serde.encode(wake))
         if wake > now:
             raise Suspended(wake)
         return
-    _check(run, step_id, recorded, SLEEP)
-    wake = _recorded_time(recorded.result)
+    assert op.recorded is not None  # a sleep's record is always done: its wake time
+    wake = recorded_time(op.recorded.result)
     assert wake is not None
     if wake > now:
         raise Suspended(wake)
-    _woken(run, step_id, now, wake)
+    woken(op.run, op.step_id, now, wake)
 
 
-def _recorded_time(encoded: Any) -> datetime | None:
-    # A record written while the project had the other USE_TZ still compares.
+def recorded_time(encoded: Any) -> datetime | None:
+    """A time a wait recorded, in the project's form: a record written while the project
+    had the other USE_TZ still compares."""
     value = serde.decode(encoded)
     return None if value is None else project_time(value)
 
 
-def _position(what: str) -> tuple[Frame, str]:
-    frame = current_frame.get()
-    if frame is None:
+def durable_frame(what: str) -> Frame:
+    """The body frame a durable wait needs, or why ``what`` cannot wait here."""
+    frame = body_frame()
+    if frame is not None:
+        return frame
+    if current_frame.get() is None:
         raise EverystepError(f"{what} is only durable inside a running workflow body")
-    if frame.in_step:
-        raise EverystepError(
-            f"{what} inside a step body cannot be durable; call it from the workflow body"
-        )
-    if frame.run.aborted is not None:
-        raise frame.run.aborted
-    return frame, frame.next_id(None)
+    raise EverystepError(
+        f"{what} inside a step body cannot be durable; call it from the workflow body"
+    )
 
 
-def _check(run: RunState, step_id: str, recorded: RecordedStep, expected: str) -> None:
-    if recorded.name != expected:
-        raise run.abort(steps.code_changed(run, step_id, recorded.name, expected))
-
-
-def _woken(run: RunState, step_id: str, now: datetime, wake: datetime | None = None) -> None:
+def woken(run: RunState, step_id: str, now: datetime, wake: datetime | None = None) -> None:
     """Report how late the run woke, when this pass is the wake-up the run was released
     for (its due time was this wait's end, or an event made it due)."""
     due = run.claim.due_at
@@ -176,52 +164,12 @@ def _woken(run: RunState, step_id: str, now: datetime, wake: datetime | None = N
     )
 
 
-def _time_out(run: RunState, step_id: str, name: str, deadline: datetime | None) -> WaitTimeout:
+def _time_out(op: Operation, name: str, deadline: datetime | None) -> WaitTimeout:
+    run = op.run
     error = WaitTimeout(f"no event {name!r} was sent to run {run.run_id} before the timeout")
     encoded = serde.encode_error(error)
     if deadline is None:
-        _record(run, step_id, WAIT, [name], StepStatus.FAILED, error=encoded)
+        run.record(op.step_id, WAIT, StepStatus.FAILED, args=[name], error=encoded)
     else:
-        _settle(run, step_id, StepStatus.FAILED, error=encoded)
+        run.settle(op.step_id, WAIT, StepStatus.FAILED, error=encoded)
     return error
-
-
-def _record(
-    run: RunState,
-    step_id: str,
-    name: str,
-    args: list[Any],
-    status: str,
-    *,
-    result: Any = None,
-    error: dict[str, Any] | None = None,
-) -> None:
-    run.writing(step_id)
-    began = time.monotonic()
-    store.record_step(
-        run.claim,
-        step_id=step_id,
-        name=name,
-        args=args,
-        kwargs={},
-        status=status,
-        started_at=timezone.now(),
-        result=result,
-        error=error,
-    )
-    steps.recorded(run, RecordedStep(step_id, name, status, result, error), began)
-
-
-def _settle(
-    run: RunState,
-    step_id: str,
-    status: str,
-    *,
-    result: Any = None,
-    error: dict[str, Any] | None = None,
-) -> None:
-    """The outcome of a pending wait, replacing its ``started`` record (fenced)."""
-    run.writing(step_id)
-    began = time.monotonic()
-    store.settle_wait(run.claim, step_id, status=status, result=result, error=error)
-    steps.recorded(run, RecordedStep(step_id, WAIT, status, result, error), began)

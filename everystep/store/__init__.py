@@ -1,10 +1,14 @@
 """Every query and update the engine, the worker, the commands and the UI make; nothing
 outside this package builds a queryset of its own.
 
-- ``claims``: claiming due runs and the fenced step record, per database;
+- ``sql``: the hot-path statements' machinery, per database;
+- ``claims``: claiming due runs, per database;
+- ``fenced``: every write made for a claimed run (records, its outcome, releasing it);
+- ``guard``: what a failing database means to the engine's store calls;
 - ``wake``: NOTIFY when a run becomes due, LISTEN in idle workers (PostgreSQL);
-- ``runs``: scheduling, and the engine's reads and fenced writes for a claimed run;
-- ``waits``: releasing a run until it is due (sleeps, waits), and events sent to runs;
+- ``runs``: scheduling, the engine's reads of a run, operators' writes to runs;
+- ``waits``: events sent to runs;
+- ``awaits``: runs waiting for other runs to end (``result``, ``gather``);
 - ``runners``: heartbeats and requeueing the runs of runners that are gone;
 - ``reports``: read-only queries (operators, metrics, health, UI) and pruning;
 - ``replay_check``: the batches of unfinished runs the replay check reads, read-only.
@@ -16,7 +20,18 @@ The status transitions themselves, and the fencing rule, are on the model layer
 from django.db import DatabaseError, InterfaceError
 
 from everystep.errors import StoreUnavailable
+from everystep.store.awaits import mark_awaited, outcomes, sweep
+from everystep.store.awaits import release as release_waits
 from everystep.store.claims import claim_due, next_due, reclaim_parked, reclaim_strays
+from everystep.store.fenced import (
+    Child,
+    fenced_transaction,
+    finish_run,
+    record_step,
+    requeue_run,
+    settle_started,
+    suspend_run,
+)
 from everystep.store.replay_check import CHECKED_STATUSES, read_only, unfinished_batch
 from everystep.store.reports import (
     COUNT_CAP,
@@ -43,13 +58,9 @@ from everystep.store.runs import (
     SETTLE_MODES,
     cancel_run,
     create_run,
-    fenced_transaction,
-    finish_run,
     get_run,
     load_steps,
-    record_step,
     requeue_one,
-    requeue_run,
     resolve_step,
     settle_step,
 )
@@ -58,11 +69,9 @@ from everystep.store.waits import (
     check_event_name,
     event_payload,
     send_event,
-    settle_wait,
-    suspend_run,
     waiting_count,
 )
-from everystep.store.wake import Listener, can_listen, notify_due
+from everystep.store.wake import ENDED_CHANNEL, EndedListener, Listener, can_listen, notify_due
 
 # What a database outage raises through Django: ``InterfaceError`` (a connection closed
 # under the driver) is not a ``DatabaseError``, and must not end a worker's loop either.
@@ -74,8 +83,11 @@ __all__ = [
     "CHECKED_STATUSES",
     "COUNT_CAP",
     "DATABASE_ERRORS",
+    "ENDED_CHANNEL",
     "SETTLE_MODES",
     "UNREACHABLE",
+    "Child",
+    "EndedListener",
     "Listener",
     "beat",
     "can_listen",
@@ -93,8 +105,10 @@ __all__ = [
     "list_runners",
     "list_runs",
     "load_steps",
+    "mark_awaited",
     "next_due",
     "notify_due",
+    "outcomes",
     "ping",
     "prunable_counts",
     "prunable_sample",
@@ -104,6 +118,7 @@ __all__ = [
     "reclaim_parked",
     "reclaim_strays",
     "record_step",
+    "release_waits",
     "requeue_one",
     "requeue_orphans",
     "requeue_run",
@@ -111,11 +126,12 @@ __all__ = [
     "resolve_step",
     "run_steps",
     "send_event",
+    "settle_started",
     "settle_step",
-    "settle_wait",
     "shift_pending",
     "status_counts",
     "suspend_run",
+    "sweep",
     "unapplied_migrations",
     "unfinished_batch",
     "waiting_count",

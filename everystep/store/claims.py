@@ -1,5 +1,4 @@
-"""Claiming due runs, and the fenced step record: the one place that knows how each
-database does them.
+"""Claiming due runs: the one place that knows how each database does it.
 
 A claim is one short transaction that marks the runs ``running`` under a fresh token
 and returns what the pass needs (name, arguments, whether any step is recorded):
@@ -12,215 +11,36 @@ and returns what the pass needs (name, arguments, whether any step is recorded):
 - SQLite: no row locks at all; one ``UPDATE … WHERE id IN (SELECT … LIMIT n) RETURNING``
   runs under the database write lock, which makes it exclusive across processes.
 
-A step's outcome is recorded with one ``INSERT … SELECT … FROM`` the run row ``WHERE``
-the claim still holds it (``everystep.models.fence``), taking a share lock on that row
-(PostgreSQL ``FOR SHARE``, MariaDB ``LOCK IN SHARE MODE``; SQLite's write lock does it),
-so a cancel, requeue or takeover serialises with the record, and a stale worker's record
-inserts nothing. The outcome of the run is one fenced ``UPDATE``.
-
-These statements run once per step: they are written for the database rather than
-through the ORM (whose query building costs more CPU than the round trip itself), built
-once per database vendor, and given parameters in the driver's own forms.
+The claim runs once per batch of runs: it is written for each database rather than built
+through the ORM (``everystep.store.sql``).
 """
 
 from __future__ import annotations
 
 import json
-import operator
 import uuid
-from collections.abc import Callable, Collection
-from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from collections.abc import Collection
+from datetime import datetime
+from typing import Any
 
-from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
-from everystep.models import (
-    Status,
-    Step,
-    Workflow,
-    fence,
-    finish_fields,
-    take_fields,
-)
+from everystep.models import Status, Step, Workflow, take_fields
+from everystep.store.sql import RUNS, SCHEDULED, STEPS, Vendor, current
 from everystep.times import from_row
 from everystep.values import Claim
 
-_RUNS, _STEPS = Workflow._meta.db_table, Step._meta.db_table
-_JSON_COLUMNS = frozenset({"args", "kwargs", "result", "error"})
-_STEP_COLUMNS = (
-    "step_id",
-    "name",
-    "args",
-    "kwargs",
-    "status",
-    "result",
-    "error",
-    "started_at",
-    "finished_at",
-)
-_FENCE = fence(Claim(uuid.UUID(int=0), uuid.UUID(int=0), ""))
-
-
-def _condition(column: str, value: Any, alias: str = "") -> str:
-    """``column = %s``, or with a status, ``column = 'running'``: statuses are constants
-    of the code, and written into the SQL the planner sees them even in a prepared
-    statement's generic plan (with ``status = $1`` PostgreSQL plans for any status and
-    scans the whole table for the claim)."""
-    if isinstance(value, Status):
-        return f"{alias}{column} = '{value.value}'"
-    return f"{alias}{column} = %s"
-
-
-_SCHEDULED = _condition("status", Status.SCHEDULED)
 _TAKE_COLUMNS = tuple(take_fields("", uuid.UUID(int=0), None))  # values: all parameters
-_FINISH_COLUMNS = tuple(finish_fields(Status.FAILED, None, None, None))
 
 
-class Statement(NamedTuple):
-    """A hot-path statement in Django's ``%s`` style and in the driver's own."""
-
-    sql: str
-    native: str
-
-
-class _Vendor:
-    """The hot-path statements of one database, and its parameter forms."""
-
-    def __init__(self, conn: Any) -> None:
-        self.vendor = vendor = conn.vendor
-        native_uuid = conn.features.has_native_uuid_field
-        uuid_form: Callable[[Any], Any] = _same if native_uuid else operator.attrgetter("hex")
-        # How each column's value is handed to the driver (None is always NULL).
-        self.forms: dict[str, Callable[[Any], Any]] = {
-            **dict.fromkeys(_JSON_COLUMNS, json.dumps),
-            **dict.fromkeys(("id", "claim_token"), uuid_form),
-            **dict.fromkeys(
-                ("started_at", "finished_at", "updated_at", "completed_at", "due_at"),
-                _datetime_form(conn),
-            ),
-        }
-        share = {"postgresql": "FOR SHARE", "mysql": "LOCK IN SHARE MODE"}.get(vendor, "")
-        held = " AND ".join(_condition(column, value) for column, value in _FENCE.items())
-        fenced = " AND ".join(_condition(c, value, "w.") for c, value in _FENCE.items())
-        self.insert_step = self.native(
-            f"INSERT INTO {_STEPS} (workflow_id, {', '.join(_STEP_COLUMNS)}) "
-            f"SELECT w.id, {', '.join(self.placeholder(c) for c in _STEP_COLUMNS)} "
-            f"FROM {_RUNS} w WHERE {fenced} {share}"
-        )
-        settled = ("status", "result", "error", "finished_at")
-        self.settle_step = self.native(
-            f"UPDATE {_STEPS} SET {', '.join(f'{c} = {self.placeholder(c)}' for c in settled)} "
-            f"WHERE workflow_id = %s AND step_id = %s AND status = 'started' AND EXISTS ("
-            f"SELECT 1 FROM {_RUNS} w WHERE {fenced} {share})"
-        )
-        outcome = ", ".join(f"{c} = {self.placeholder(c)}" for c in _FINISH_COLUMNS)
-        self.finish = self.native(f"UPDATE {_RUNS} SET {outcome} WHERE {held}")
-        self.next_due = self.native(f"SELECT MIN(due_at) FROM {_RUNS} WHERE {_SCHEDULED}")
-        claim = _claim_statement(vendor)
-        self.claim = None if claim is None else self.native(claim)
-
-    def native(self, sql: str) -> Statement:
-        """``sql`` (Django's ``%s`` style) with its form for the driver's own cursor."""
-        return Statement(sql, sql.replace("%s", "?") if self.vendor == "sqlite" else sql)
-
-    def placeholder(self, column: str) -> str:
-        # In a SELECT list PostgreSQL types an untyped parameter as text, which jsonb and
-        # timestamptz columns refuse; elsewhere the database converts.
-        if self.vendor != "postgresql":
-            return "%s"
-        if column in _JSON_COLUMNS:
-            return "%s::jsonb"
-        return "%s::timestamptz" if column in ("started_at", "finished_at") else "%s"
-
-    def execute(self, conn: Any, statement: Statement, params: list[Any] | None = None) -> Any:
-        """Run ``statement`` on ``conn``; the cursor, for its rows or row count.
-
-        Normally on the driver's own cursor in Django's wrapper (which still translates
-        errors and runs ``execute_wrapper``s), kept with the connection: Django's
-        PostgreSQL cursor quotes every parameter into the SQL text and its SQLite cursor
-        rewrites the placeholders of every statement, which together cost more CPU than
-        the rest of a step record. While Django logs queries (``DEBUG``,
-        ``CaptureQueriesContext``, a debug toolbar) it goes through Django's own cursor
-        instead, so the query is logged, formatted, like every other.
-        """
-        if conn.queries_logged or self.vendor == "mysql":  # mysqlclient's is Django's anyway
-            cursor = conn.cursor()
-            cursor.execute(statement.sql, params)
-            return cursor
-        conn.ensure_connection()
-        raw = conn.connection
-        kept = conn.__dict__.get("_everystep_cursor")
-        if kept is None or kept[0] is not raw:
-            if self.vendor == "postgresql":
-                import psycopg
-
-                driver_cursor = psycopg.Cursor(raw)
-            else:
-                driver_cursor = raw.cursor()
-            kept = (raw, conn.make_cursor(driver_cursor))
-            conn.__dict__["_everystep_cursor"] = kept
-        kept[1].execute(statement.native, params)
-        return kept[1]
-
-    def param(self, column: str, value: Any) -> Any:
-        """``value`` as the driver takes it for ``column``."""
-        return None if value is None else self.forms.get(column, _same)(value)
-
-    def mark_params(self, runner: str, token: uuid.UUID, now: datetime) -> list[Any]:
-        """The parameters of ``_marks()``: what a claim writes."""
-        marks = [self.param(c, v) for c, v in take_fields(runner, token, now).items()]
-        return [*marks, self.param("started_at", now)]
-
-    def fence_params(self, claim: Claim) -> list[Any]:
-        return [
-            self.param(column, value)
-            for column, value in fence(claim).items()
-            if not isinstance(value, Status)
-        ]
-
-
-def _same(value: Any) -> Any:
-    return value
-
-
-def _datetime_form(conn: Any) -> Callable[[Any], Any]:
-    """How a datetime reaches the driver. Outside PostgreSQL Django sends text in the
-    connection's time zone; for the UTC times everystep writes, when that zone is UTC,
-    the text is made directly rather than through Django's general conversion."""
-    adapt: Callable[[Any], Any] = conn.ops.adapt_datetimefield_value
-    if conn.vendor == "postgresql" or not (settings.USE_TZ and conn.timezone_name == "UTC"):
-        return adapt
-
-    def utc_text(value: datetime) -> Any:
-        if value.tzinfo is UTC:
-            return value.replace(tzinfo=None).isoformat(" ")
-        return adapt(value)
-
-    return utc_text
-
-
-_vendors: dict[str, _Vendor] = {}
-
-
-def _current() -> tuple[_Vendor, Any]:
-    # The default connection, looked up once: every `connection.x` goes through a
-    # thread-local proxy, which adds up on a path taken once per step.
-    conn = connections[DEFAULT_DB_ALIAS]
-    db = _vendors.get(conn.vendor)
-    if db is None:
-        db = _vendors[conn.vendor] = _Vendor(conn)
-    return db, conn
-
-
-_RETURNING = f"""RETURNING {_RUNS}.id, {_RUNS}.name, {_RUNS}.args,
-       EXISTS (SELECT 1 FROM {_STEPS} s WHERE s.workflow_id = {_RUNS}.id), {_RUNS}.recoveries,
-       {_RUNS}.due_at"""
+_RETURNING = f"""RETURNING {RUNS}.id, {RUNS}.name, {RUNS}.args,
+       EXISTS (SELECT 1 FROM {STEPS} s WHERE s.workflow_id = {RUNS}.id), {RUNS}.recoveries,
+       {RUNS}.due_at"""
 # Due runs, in the order they became due: the (status, due_at, id) index walks them and
 # stops before the first run still sleeping or waiting.
-_DUE = f"{_SCHEDULED} AND due_at <= %s ORDER BY due_at, id"
+_DUE = f"{SCHEDULED} AND due_at <= %s ORDER BY due_at, id"
 
 
 def _marks() -> str:
@@ -229,9 +49,9 @@ def _marks() -> str:
     return f"{taken}, started_at = COALESCE(started_at, %s)"
 
 
-def _claim_statement(vendor: str) -> str | None:
+def _claim_statement(db: Vendor) -> str | None:
     marks = _marks()
-    if vendor == "postgresql":
+    if db.vendor == "postgresql":
         # The locking subquery must run exactly once. Inside `id IN (…)` the planner may
         # run it again for each candidate row, and with SKIP LOCKED every run returns
         # other rows: the UPDATE would take far more than LIMIT runs. A materialized CTE
@@ -240,14 +60,14 @@ def _claim_statement(vendor: str) -> str | None:
         # condition made the planner walk every scheduled run for each claim.
         return f"""
 WITH due AS MATERIALIZED (
-       SELECT id FROM {_RUNS} WHERE {_DUE} LIMIT %s FOR UPDATE SKIP LOCKED)
-UPDATE {_RUNS} SET {marks} FROM due WHERE {_RUNS}.id = due.id
+       SELECT id FROM {RUNS} WHERE {_DUE} LIMIT %s FOR UPDATE SKIP LOCKED)
+UPDATE {RUNS} SET {marks} FROM due WHERE {RUNS}.id = due.id
 {_RETURNING}"""
-    if vendor == "sqlite":
+    if db.vendor == "sqlite":
         # SQLite holds its write lock for the whole statement: the subquery runs once.
         return f"""
-UPDATE {_RUNS} SET {marks}
- WHERE {_SCHEDULED} AND id IN (SELECT id FROM {_RUNS} WHERE {_DUE} LIMIT %s)
+UPDATE {RUNS} SET {marks}
+ WHERE {SCHEDULED} AND id IN (SELECT id FROM {RUNS} WHERE {_DUE} LIMIT %s)
 {_RETURNING}"""
     return None  # MariaDB/MySQL: no UPDATE … RETURNING
 
@@ -258,15 +78,16 @@ def claim_due(runner: str, limit: int) -> list[Claim]:
     if limit <= 0:
         return []
     token = uuid.uuid4()
-    db, conn = _current()
-    if db.claim is None:
+    db, conn = current()
+    statement = db.statement("claim", _claim_statement)
+    if statement is None:
         return _claim_locking(runner, token, limit)
     now = timezone.now()
     marks = db.mark_params(runner, token, now)
     due = db.param("due_at", now)
     # PostgreSQL's statement names the due time and limit (in its CTE) before the marks.
     params = [due, limit, *marks] if db.vendor == "postgresql" else [*marks, due, limit]
-    rows = db.execute(conn, db.claim, params).fetchall()
+    rows = db.execute(conn, statement, params).fetchall()
     claims = [_claim(runner, token, *row) for row in rows]
     return sorted(claims, key=lambda held: held.run_id)
 
@@ -275,19 +96,25 @@ def next_due() -> datetime | None:
     """When the next scheduled run is due (possibly already), or None if none will be
     without an event: an idle worker's one statement per poll, which also tells it how
     long it may wait."""
-    db, conn = _current()
-    rows = db.execute(conn, db.next_due).fetchall()
+    db, conn = current()
+    statement = db.statement("next_due", _next_due_statement)
+    assert statement is not None
+    rows = db.execute(conn, statement).fetchall()
     value = rows[0][0] if rows else None
     return None if value is None else from_row(value)
 
 
+def _next_due_statement(db: Vendor) -> str:
+    return f"SELECT MIN(due_at) FROM {RUNS} WHERE {SCHEDULED}"
+
+
 def _claim_locking(runner: str, token: uuid.UUID, limit: int) -> list[Claim]:
-    db, conn = _current()
+    db, conn = current()
     skip = " SKIP LOCKED" if conn.features.has_select_for_update_skip_locked else ""
     select = (
         f"SELECT w.id, w.name, w.args, EXISTS ("
-        f"SELECT 1 FROM {_STEPS} s WHERE s.workflow_id = w.id), w.recoveries, w.due_at "
-        f"FROM {_RUNS} w WHERE w.{_DUE} LIMIT %s FOR UPDATE{skip}"
+        f"SELECT 1 FROM {STEPS} s WHERE s.workflow_id = w.id), w.recoveries, w.due_at "
+        f"FROM {RUNS} w WHERE w.{_DUE} LIMIT %s FOR UPDATE{skip}"
     )
     now = timezone.now()
     with transaction.atomic(), conn.cursor() as cursor:
@@ -297,7 +124,7 @@ def _claim_locking(runner: str, token: uuid.UUID, limit: int) -> list[Claim]:
             marks = db.mark_params(runner, token, now)
             ids = ", ".join(["%s"] * len(rows))
             cursor.execute(
-                f"UPDATE {_RUNS} SET {_marks()} WHERE id IN ({ids})", marks + [r[0] for r in rows]
+                f"UPDATE {RUNS} SET {_marks()} WHERE id IN ({ids})", marks + [r[0] for r in rows]
             )
     return [_claim(runner, token, *row) for row in rows]
 
@@ -357,35 +184,3 @@ def _claim(
         recoveries=recoveries,
         due_at=None if due_at is None else from_row(due_at),
     )
-
-
-# -- fenced writes for a claimed run -----------------------------------------------------
-
-
-def insert_step_fenced(claim: Claim, values: dict[str, Any]) -> bool:
-    """Insert a ``Step`` row for the claimed run in one statement, if the claim still
-    holds the run; False if it does not (nothing was written)."""
-    db, conn = _current()
-    params = [db.param(column, values.get(column)) for column in _STEP_COLUMNS]
-    cursor = db.execute(conn, db.insert_step, params + db.fence_params(claim))
-    return bool(cursor.rowcount == 1)
-
-
-def settle_started_fenced(claim: Claim, step_id: str, values: dict[str, Any]) -> bool:
-    """Give an unsafe step's ``started`` row its outcome in one statement, if the claim
-    still holds the run; False if nothing was updated."""
-    db, conn = _current()
-    params = [db.param(c, values.get(c)) for c in ("status", "result", "error", "finished_at")]
-    params += [db.param("id", claim.run_id), step_id, *db.fence_params(claim)]
-    cursor = db.execute(conn, db.settle_step, params)
-    return bool(cursor.rowcount == 1)
-
-
-def finish_fenced(claim: Claim, status: str, result: Any, error: Any) -> bool:
-    """Give the claimed run its outcome in one statement; False if the claim no longer
-    holds it (nothing was written)."""
-    db, conn = _current()
-    fields = finish_fields(status, result, error, timezone.now())
-    params = [db.param(column, value) for column, value in fields.items()]
-    cursor = db.execute(conn, db.finish, params + db.fence_params(claim))
-    return bool(cursor.rowcount == 1)

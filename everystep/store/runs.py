@@ -1,19 +1,12 @@
-"""The engine's reads and fenced writes for one run, and scheduling.
-
-Writes made on behalf of a claimed run are *fenced* (``everystep.models.fence``): they
-happen in a transaction that first updates the run row on the condition that the claim
-still holds it. That update takes the row lock (PostgreSQL, MariaDB) or the write lock
-(SQLite), so a requeue or a takeover by another worker serialises with it, and a stale
-worker's late write is rejected instead of overwriting the newer claimer's work.
+"""Scheduling runs, the engine's reads of one run, and operators' writes to runs
+(settling a blocked step, cancelling, requeueing). The writes made for a claimed run are
+in ``everystep.store.fenced``.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
 from typing import Any, ParamSpec, TypeVar
 from uuid import UUID
 
@@ -21,7 +14,6 @@ from django.apps import apps
 from django.db import (
     DatabaseError,
     IntegrityError,
-    InterfaceError,
     OperationalError,
     ProgrammingError,
     connection,
@@ -30,19 +22,16 @@ from django.db import (
 from django.utils import timezone
 
 from everystep.errors import (
-    AlreadyRecorded,
-    ClaimLost,
     EverystepError,
-    RunGone,
     StepFailure,
-    StoreUnavailable,
     TablesMissing,
 )
 from everystep.models import Status, Step, StepStatus, Workflow
 from everystep.serde import encode, encode_error, parse_json, storable_text
-from everystep.store import claims
+from everystep.store import awaits
+from everystep.store.guard import guarded, too_large
 from everystep.store.wake import notify_due
-from everystep.values import Claim, RecordedStep
+from everystep.values import RecordedStep
 
 logger = logging.getLogger("everystep.schedule")
 
@@ -50,62 +39,33 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _guarded(func: Callable[P, R]) -> Callable[P, R]:
-    """Turn a lost or unreachable database into ``StoreUnavailable`` for the engine: the
-    pass stops without deciding anything, and the worker retries it later."""
-
-    @functools.wraps(func)
-    def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return func(*args, **kwargs)
-        except (OperationalError, InterfaceError) as exc:
-            too_large = _too_large(exc)
-            if too_large is not None:
-                raise too_large from exc
-            raise StoreUnavailable(f"database unavailable in {func.__name__}: {exc}") from exc
-
-    return guarded
-
-
-# MySQL/MariaDB error 1153: a statement bigger than the server's max_allowed_packet (16 MiB
-# by default on MariaDB). No outage: the same write fails each time, so retrying it would
-# run the step again forever.
-_PACKET_TOO_LARGE = 1153
-
-
-def _too_large(exc: Exception) -> EverystepError | None:
-    """The ``EverystepError`` for a write refused for its size, else None."""
-    if connection.vendor != "mysql" or not exc.args or exc.args[0] != _PACKET_TOO_LARGE:
-        return None
-    if not connection.in_atomic_block:
-        # The server drops the connection after this error: the next statement (the
-        # run's failure) must open a new one.
-        connection.close()
-    return EverystepError(
-        f"the database refused a value this large ({exc.args[-1]}): raise the server's "
-        "max_allowed_packet, or keep large data out of arguments and results"
-    )
-
-
 def create_run(
-    name: str, args: list[Any], idempotency_key: str | None, *, due_at: Any = None
+    name: str,
+    args: list[Any],
+    idempotency_key: str | None,
+    *,
+    due_at: Any = None,
+    parent: UUID | None = None,
 ) -> Workflow:
     """Insert a ``scheduled`` run in the caller's transaction, due at ``due_at`` (now by
-    default), or return the run that already holds ``(name, idempotency_key)``."""
+    default), or return the run that already holds ``(name, idempotency_key)``.
+    ``parent``: the run whose body starts this one (``everystep.start``)."""
     try:
-        return _insert_run(name, args, idempotency_key, due_at or timezone.now())
+        return _insert_run(name, args, idempotency_key, due_at or timezone.now(), parent)
     except OperationalError as exc:
-        too_large = _too_large(exc)
-        if too_large is None:
+        refused = too_large(exc)
+        if refused is None:
             raise (missing_tables(exc) or exc) from exc
-        raise EverystepError(f"cannot schedule {name}: {too_large}") from exc
+        raise EverystepError(f"cannot schedule {name}: {refused}") from exc
     except ProgrammingError as exc:
         raise (missing_tables(exc) or exc) from exc
 
 
-def _insert_run(name: str, args: list[Any], idempotency_key: str | None, due_at: Any) -> Workflow:
+def _insert_run(
+    name: str, args: list[Any], idempotency_key: str | None, due_at: Any, parent: UUID | None
+) -> Workflow:
     if idempotency_key is None:
-        run = Workflow.objects.create(name=name, args=args, due_at=due_at)
+        run = Workflow.objects.create(name=name, args=args, due_at=due_at, parent_id=parent)
         notify_due()
         return run
     try:
@@ -115,7 +75,11 @@ def _insert_run(name: str, args: list[Any], idempotency_key: str | None, due_at:
         # index refuses the insert.
         with transaction.atomic():
             run = Workflow.objects.create(
-                name=name, args=args, idempotency_key=idempotency_key, due_at=due_at
+                name=name,
+                args=args,
+                idempotency_key=idempotency_key,
+                due_at=due_at,
+                parent_id=parent,
             )
             notify_due()
             return run
@@ -186,102 +150,19 @@ def missing_tables(exc: BaseException) -> TablesMissing | None:
     )
 
 
-@_guarded
+@guarded
 def get_run(run_id: UUID | str) -> Workflow | None:
     """The run row, or None if it does not exist."""
     return Workflow.objects.filter(id=run_id).first()
 
 
-@_guarded
+@guarded
 def load_steps(run_id: UUID) -> dict[str, RecordedStep]:
     """Every recorded step of a run, by step id."""
     rows = Step.objects.filter(workflow_id=run_id).values_list(
         "step_id", "name", "status", "result", "error"
     )
     return {row[0]: RecordedStep(*row) for row in rows}
-
-
-def _refused(claim: Claim) -> ClaimLost:
-    """Why a fenced write changed nothing: the run is gone, or no longer ours."""
-    if not Workflow.objects.filter(id=claim.run_id).exists():
-        return RunGone(f"run {claim.run_id} no longer exists")
-    return ClaimLost(f"run {claim.run_id} is no longer claimed by this pass of {claim.runner}")
-
-
-@_guarded
-def record_step(
-    claim: Claim,
-    *,
-    step_id: str,
-    name: str,
-    args: list[Any],
-    kwargs: dict[str, Any],
-    status: str,
-    started_at: Any,
-    result: Any = None,
-    error: dict[str, Any] | None = None,
-    after_started: bool = False,
-) -> None:
-    """Record a step's start (unsafe steps) or its outcome, fenced by the claim: one
-    statement, in autocommit."""
-    values = {
-        "step_id": step_id,
-        "name": name,
-        "args": args,
-        "kwargs": kwargs,
-        "status": status,
-        "result": result,
-        "error": error,
-        "started_at": started_at,
-        "finished_at": None if status == StepStatus.STARTED else timezone.now(),
-    }
-    # Inside a caller's transaction (a test wrapped in one) a failed statement would
-    # spoil it; a savepoint keeps it usable. A worker's pass has none and pays nothing.
-    savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
-    try:
-        with savepoint:
-            if after_started and claims.settle_started_fenced(claim, step_id, values):
-                return
-            if claims.insert_step_fenced(claim, values):
-                return
-    except IntegrityError as exc:
-        raise AlreadyRecorded(f"step {step_id} of run {claim.run_id} is already recorded") from exc
-    raise _refused(claim)
-
-
-@contextmanager
-def fenced_transaction(claim: Claim) -> Iterator[None]:
-    """A transaction for an atomic step: it starts by locking the run row on the fencing
-    condition (a no-op ``UPDATE``: on SQLite it takes the write lock at once, rather than
-    failing to upgrade a read lock later), so no requeue or takeover can interleave with
-    the step, and the body's writes and the step's record commit together or not at all.
-    ``ClaimLost``/``RunGone`` if the claim no longer holds the run: nothing runs."""
-    try:
-        with transaction.atomic():
-            if not Workflow.objects.held_by(claim).update(claim_token=claim.token):
-                raise _refused(claim)
-            yield
-    except (OperationalError, InterfaceError) as exc:
-        # Raised here only by the lock or the commit (the body's own errors are its
-        # outcome): nothing committed, the step runs again once the database is back.
-        raise StoreUnavailable(f"database unavailable in an atomic step: {exc}") from exc
-
-
-@_guarded
-def finish_run(
-    claim: Claim, status: str, *, result: Any = None, error: dict[str, Any] | None = None
-) -> bool:
-    """Give the run its outcome; False if this claim no longer holds it."""
-    return claims.finish_fenced(claim, status, result, error)
-
-
-@_guarded
-def requeue_run(claim: Claim) -> bool:
-    """Put the run back to ``scheduled`` with its claim released; False if not ours."""
-    touched = Workflow.objects.held_by(claim).requeue()
-    if touched:
-        notify_due()
-    return touched == 1
 
 
 SETTLE_MODES = ("result", "error", "discard")
@@ -353,17 +234,36 @@ def resolve_step(run_id: str, step_id: str, *, mode: str, value: Any = None) -> 
 
 
 def cancel_run(run_id: str, *, by: str) -> Workflow:
-    """Cancel a run that has not reached a final status.
+    """Cancel a run that has not reached a final status, and its unfinished children
+    (and theirs).
 
     A scheduled or blocked run ends at once. A running run ends too: its worker's next
-    write (the step in flight's record, or the outcome) is refused by the fence, so that
-    step's effect may have happened but nothing more runs.
+    write (the step in flight's record, a child's start, the outcome) is refused by the
+    fence, so that step's effect may have happened but nothing more runs. Once the run
+    is cancelled it can start no more children, so the walk down its children ends.
     """
     error = encode_error(EverystepError(f"cancelled by {by}"))
     cancelled = (
         Workflow.objects.filter(id=run_id).unfinished().finish(Status.CANCELLED, error=error)
     )
-    return _changed_run(run_id, cancelled, "only unfinished runs can be cancelled")
+    run = _changed_run(run_id, cancelled, "only unfinished runs can be cancelled")
+    ended = [run.id]
+    parents = [run.id]
+    while parents:
+        # One generation at a time; each statement on its own, so no lock on a parent is
+        # held while its children's rows are locked (see ``awaits``).
+        children = list(
+            Workflow.objects.filter(parent_id__in=parents).unfinished().values_list("id", flat=True)
+        )
+        child_error = encode_error(EverystepError(f"cancelled by {by}: its parent was cancelled"))
+        if children:
+            Workflow.objects.filter(id__in=children).unfinished().finish(
+                Status.CANCELLED, error=child_error
+            )
+        ended += children
+        parents = children
+    awaits.ended(ended)
+    return run
 
 
 def requeue_one(run_id: str) -> Workflow:

@@ -1,8 +1,9 @@
-"""Runs that wait: releasing a run until it is due, and events sent to runs.
+"""Events sent to runs, and counting the runs that wait.
 
 A waiting run is ``scheduled`` with ``due_at`` in the future (a sleep, a delayed start,
-a wait's deadline) or NULL (a wait for an event with no timeout), so the claim skips it
-until then. ``send`` records an event and makes a waiting run due at once.
+a wait's deadline) or NULL (a wait for an event or a run with no timeout), so the claim
+skips it until then; it is released so by ``everystep.store.fenced.suspend_run``.
+``send`` records an event and makes a waiting run due at once.
 
 The race between a run deciding to wait and an event arriving for it is closed by the
 run row's lock: ``suspend_run`` updates the row first and only then looks for the events
@@ -13,7 +14,6 @@ the sender commits first, and the suspension then finds the event and stays due.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -24,10 +24,8 @@ from django.utils import timezone
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Event, Status, Workflow
 from everystep.serde import encode, storable_text
-from everystep.store import claims
-from everystep.store.runs import _guarded, _refused
+from everystep.store.guard import guarded
 from everystep.store.wake import notify_due
-from everystep.values import Claim
 
 
 def _shown(value: object) -> str:
@@ -46,48 +44,12 @@ def check_event_name(name: object) -> None:
     storable_text(name, "the event name")
 
 
-@_guarded
-def suspend_run(claim: Claim, due: datetime | None, events: frozenset[str]) -> bool:
-    """Release the claimed run until ``due`` (None: until one of ``events`` is sent);
-    False if the claim no longer holds it."""
-    now = timezone.now()
-    with transaction.atomic():
-        released = Workflow.objects.held_by(claim).update(
-            status=Status.SCHEDULED,
-            claimed_by=None,
-            claim_token=None,
-            due_at=due,
-            waiting_for=", ".join(sorted(events))[:255] or None,
-            updated_at=now,
-        )
-        if not released:
-            return False
-        # Read with a lock: the latest committed events, whatever the isolation level.
-        sent = Event.objects.select_for_update().filter(workflow_id=claim.run_id, name__in=events)
-        woken = bool(events) and sent.exists()
-        if woken:
-            Workflow.objects.filter(id=claim.run_id).update(due_at=now)
-        if woken or (due is not None and due <= now):
-            notify_due()
-    return True
-
-
-@_guarded
+@guarded
 def event_payload(run_id: UUID, name: str) -> tuple[bool, Any]:
     """``(True, stored payload)`` if event ``name`` was sent to the run, else
     ``(False, None)``."""
     row = Event.objects.filter(workflow_id=run_id, name=name).values_list("payload").first()
     return (False, None) if row is None else (True, row[0])
-
-
-@_guarded
-def settle_wait(
-    claim: Claim, step_id: str, *, status: str, result: Any = None, error: Any = None
-) -> None:
-    """Replace a pending wait's ``started`` record with its outcome, fenced."""
-    values = {"status": status, "result": result, "error": error, "finished_at": timezone.now()}
-    if not claims.settle_started_fenced(claim, step_id, values):
-        raise _refused(claim)
 
 
 def send_event(run_id: UUID | str, name: str, payload: Any = None) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from django.db import connection
@@ -16,6 +17,8 @@ from django.db import connection
 from everystep import conf
 
 CHANNEL = "everystep_due"
+# Where a run that someone awaits announces its end (``everystep.store.awaits``).
+ENDED_CHANNEL = "everystep_ended"
 logger = logging.getLogger("everystep.worker")
 
 
@@ -24,6 +27,13 @@ def notify_due() -> None:
     if connection.vendor == "postgresql" and conf.notify():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+
+
+def notify_ended() -> None:
+    """Tell blocking ``result()`` callers that an awaited run ended (PostgreSQL)."""
+    if connection.vendor == "postgresql" and conf.notify():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, '')", [ENDED_CHANNEL])
 
 
 def can_listen() -> bool:
@@ -42,6 +52,53 @@ _DJANGO_ONLY = {
 }
 
 
+def _listen_params() -> dict[str, Any]:
+    """The default connection's parameters, for a connection of our own to LISTEN on."""
+    params: dict[str, Any] = connection.get_connection_params()
+    return {k: v for k, v in params.items() if k not in _DJANGO_ONLY}
+
+
+class EndedListener:
+    """For a blocking ``result()``: LISTEN for awaited runs' ends on a connection of its
+    own (PostgreSQL, when enabled). ``wait`` returns at a notification or after its
+    pause; without a LISTEN (another database, or it failed) it only pauses."""
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+
+    @property
+    def listening(self) -> bool:
+        return self.conn is not None
+
+    def __enter__(self) -> EndedListener:
+        if can_listen() and conf.notify():
+            import psycopg
+
+            try:
+                self.conn = psycopg.connect(**_listen_params(), autocommit=True)
+                self.conn.execute(f"LISTEN {ENDED_CHANNEL}")
+            except psycopg.Error:
+                self.__exit__()  # polling it is
+        return self
+
+    def wait(self, seconds: float) -> None:
+        if self.conn is None:
+            time.sleep(seconds)
+            return
+        import psycopg
+
+        try:
+            for _ in self.conn.notifies(timeout=seconds, stop_after=1):
+                pass
+        except psycopg.Error:
+            self.__exit__()
+
+    def __exit__(self, *_: object) -> None:
+        if self.conn is not None:
+            conn, self.conn = self.conn, None
+            conn.close()
+
+
 class Listener(threading.Thread):
     """LISTEN on a dedicated PostgreSQL connection and set ``wake`` on every
     notification, until ``stop`` is set. ``listening`` is set while the LISTEN holds.
@@ -53,8 +110,7 @@ class Listener(threading.Thread):
         self.wake = wake
         self.stop_event = stop
         self.listening = threading.Event()
-        params: dict[str, Any] = connection.get_connection_params()
-        self.params = {k: v for k, v in params.items() if k not in _DJANGO_ONLY}
+        self.params = _listen_params()
 
     def run(self) -> None:
         import psycopg

@@ -49,17 +49,20 @@ def test_subprocess_check_can_see_django_when_imported() -> None:
 
 
 def test_public_names_are_exported() -> None:
-    """``__all__`` lists exactly the public API, durable waits, ``send`` and the patch
-    functions included."""
+    """``__all__`` lists exactly the public API, durable waits, ``send``, the patch
+    functions and composition included."""
     assert sorted(everystep.__all__) == [
         "Terminal",
         "deprecate_patch",
+        "gather",
         "parallel",
         "patched",
+        "result",
         "schedule",
         "send",
         "sleep",
         "sleep_until",
+        "start",
         "step",
         "wait_for",
         "workflow",

@@ -1,0 +1,220 @@
+"""Waiting for runs to end: ``result()`` and ``gather()``.
+
+Inside a running body the wait is durable, like ``wait_for``: one recorded operation
+(``everystep.result`` or ``everystep.gather``) that takes a position. If every awaited
+run has ended when it is reached, their outcomes are recorded (``done``) at once;
+otherwise it records ``started`` (the runs, the deadline) and the pass stops with
+``Suspended``: the run is released, holding no worker slot, until the last of those runs
+ends (``everystep.store.awaits`` wakes it then, once) or the deadline passes. The pass
+that finds them ended settles the record with their outcomes; a deadline passed settles
+it ``failed`` with ``WaitTimeout``. Replays serve the record.
+
+Outside a body the call blocks the calling thread, reading the runs in autocommit (no
+transaction is held open while it waits), woken by NOTIFY on PostgreSQL and by polling
+elsewhere.
+
+An outcome, as the caller sees it (``value``): a completed run's result; a failed run's
+exception, rebuilt as on replay; ``RunStopped`` for a stopped run (its reason and
+payload); ``RunCancelled`` for a cancelled one. A ``blocked`` run has not ended: it is
+waited through.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+
+from everystep import serde, store
+from everystep.engine.fork import raise_failures
+from everystep.engine.recorded import Operation, body_frame, code_changed, reach, served
+from everystep.engine.replay import Decision
+from everystep.engine.waits import as_delay, recorded_time, woken
+from everystep.errors import (
+    EverystepError,
+    RunCancelled,
+    RunStopped,
+    StoreUnavailable,
+    Suspended,
+    WaitTimeout,
+)
+from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
+
+RESULT = "everystep.result"
+GATHER = "everystep.gather"
+# Outside a body elsewhere than PostgreSQL: the first look again after 50 ms, then less
+# and less often, up to once a second.
+_POLL_FIRST, _POLL_MOST = 0.05, 1.0
+
+
+def run_ids(runs: Sequence[Workflow | uuid.UUID | str], what: str) -> list[uuid.UUID]:
+    """The ids of ``runs`` (``Workflow`` rows or ids), checked."""
+    ids = []
+    for run in runs:
+        value = run.pk if isinstance(run, Workflow) else run
+        try:
+            ids.append(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
+        except ValueError:
+            raise EverystepError(f"{what}: not a run id: {str(value)[:60]!r}") from None
+    return ids
+
+
+def result(run: Workflow | uuid.UUID | str, timeout: timedelta | float | None = None) -> Any:
+    """``run``'s result once it has ended (see the module docstring)."""
+    (outcome,) = _wait(run_ids([run], "result()"), timeout, RESULT, "result()")
+    return value(outcome)
+
+
+def gather(
+    runs: Sequence[Workflow | uuid.UUID | str], timeout: timedelta | float | None = None
+) -> list[Any]:
+    """The results of ``runs``, in order, once the last has ended; failures raised as
+    ``parallel()`` raises them: one itself, several as an ``ExceptionGroup``."""
+    if isinstance(runs, str | bytes | Workflow | uuid.UUID):
+        raise EverystepError("gather() takes a list of runs; for one run use result()")
+    outcomes = _wait(run_ids(list(runs), "gather()"), timeout, GATHER, "gather()")
+    results, failures = [], []
+    for outcome in outcomes:
+        try:
+            results.append(value(outcome))
+        except Exception as exc:
+            failures.append(exc)
+    if failures:
+        raise_failures(failures, "gathered runs")
+    return results
+
+
+def value(outcome: dict[str, Any]) -> Any:
+    """What an ended run gives its waiter: its result, or its failure raised."""
+    status, error = outcome["status"], outcome.get("error") or {}
+    if status == Status.COMPLETED:
+        return serde.decode(outcome.get("result"))
+    if status == Status.STOPPED:
+        raise RunStopped(error.get("reason", error.get("message", "")), _payload(error))
+    if status == Status.CANCELLED:
+        raise RunCancelled(f"run {outcome['run']} was cancelled: {error.get('message', '')}")
+    raise serde.decode_error(error)
+
+
+def _payload(error: dict[str, Any]) -> Any:
+    try:
+        return serde.decode(error.get("payload"))
+    except EverystepError:  # a payload whose type is gone: shown as stored
+        return error.get("payload")
+
+
+def _wait(
+    ids: list[uuid.UUID], timeout: timedelta | float | None, name: str, what: str
+) -> list[dict[str, Any]]:
+    limit = None if timeout is None else as_delay(timeout, f"{what} timeout")
+    frame = body_frame()
+    if frame is None:
+        return _block(ids, limit, what)
+    return _durable(reach(frame, name, waits=True), ids, limit, what)
+
+
+def _outcomes(ids: list[uuid.UUID], what: str) -> list[dict[str, Any]] | None:
+    """The outcomes of ``ids`` in order if all have ended, else None; an unknown id is
+    an ``EverystepError``."""
+    found = store.outcomes(ids)
+    missing = [str(run) for run in ids if run not in found]
+    if missing:
+        raise EverystepError(f"{what}: no run with id {', '.join(missing[:3])}")
+    if any(found[run][0] not in FINAL_STATUSES for run in ids):
+        return None
+    return [
+        {"run": str(run), "status": found[run][0], "result": found[run][1], "error": found[run][2]}
+        for run in ids
+    ]
+
+
+def _pending(ids: list[uuid.UUID]) -> frozenset[uuid.UUID]:
+    found = store.outcomes(ids)
+    return frozenset(run for run in ids if found.get(run, ("",))[0] not in FINAL_STATUSES)
+
+
+def _durable(
+    op: Operation, ids: list[uuid.UUID], limit: timedelta | None, what: str
+) -> list[dict[str, Any]]:
+    run, now = op.run, timezone.now()
+    wanted = [str(run_id) for run_id in ids]
+    if op.decision is Decision.EXECUTE:
+        ended = _outcomes(ids, what)
+        if ended is not None:
+            run.record(op.step_id, op.name, StepStatus.DONE, args=wanted, result=ended)
+            return ended
+        deadline = None if limit is None else now + limit
+        if deadline is not None and deadline <= now:
+            raise _time_out(op, wanted, None, what)
+        waiting = {"runs": wanted, "deadline": serde.encode(deadline)}
+        run.record(op.step_id, op.name, StepStatus.STARTED, args=wanted, result=waiting)
+        raise Suspended(deadline, runs=_pending(ids))
+    assert op.recorded is not None
+    if op.decision is Decision.RAISE_ERROR:
+        served(op)  # raises the recorded timeout
+    if op.decision is Decision.SERVE_RESULT:
+        return list(op.recorded.result)
+    waiting = op.recorded.result or {}
+    if waiting.get("runs") != wanted:
+        raise run.abort(
+            code_changed(run, op.step_id, f"{what} of other runs", f"{what} of {wanted}")
+        )
+    deadline = recorded_time(waiting.get("deadline"))
+    ended = _outcomes(ids, what)
+    if ended is not None:
+        woken(run, op.step_id, now)
+        run.settle(op.step_id, op.name, StepStatus.DONE, result=ended)
+        store.release_waits(run.run_id)
+        return ended
+    if deadline is not None and deadline <= now:
+        woken(run, op.step_id, now, deadline)
+        raise _time_out(op, wanted, deadline, what)
+    raise Suspended(deadline, runs=_pending(ids))
+
+
+def _time_out(op: Operation, wanted: list[str], deadline: Any, what: str) -> WaitTimeout:
+    run = op.run
+    error = WaitTimeout(f"{what}: the awaited runs of run {run.run_id} had not ended in time")
+    encoded = serde.encode_error(error)
+    if deadline is None:
+        run.record(op.step_id, op.name, StepStatus.FAILED, args=wanted, error=encoded)
+    else:
+        run.settle(op.step_id, op.name, StepStatus.FAILED, error=encoded)
+        store.release_waits(run.run_id)
+    return error
+
+
+def _block(ids: list[uuid.UUID], limit: timedelta | None, what: str) -> list[dict[str, Any]]:
+    """Wait in this thread until every run in ``ids`` has ended."""
+    ended = _outcomes(ids, what)
+    if ended is not None:
+        return ended
+    if connection.in_atomic_block:
+        raise EverystepError(
+            f"{what} would wait inside a database transaction, holding it open until the "
+            "runs end (and, with a run scheduled in it, forever): call it outside "
+            "transaction.atomic() (and ATOMIC_REQUESTS)"
+        )
+    deadline = None if limit is None else time.monotonic() + limit.total_seconds()
+    try:
+        with store.EndedListener() as listener:
+            if listener.listening:
+                store.mark_awaited(ids)  # so their ends send the NOTIFY it listens for
+            pause = _POLL_MOST if listener.listening else _POLL_FIRST
+            while True:
+                ended = _outcomes(ids, what)
+                if ended is not None:
+                    return ended
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise WaitTimeout(f"{what}: the runs had not ended within {limit}")
+                # A NOTIFY ends the pause early; the poll stays the correctness path.
+                listener.wait(pause if left is None else min(pause, left))
+                pause = min(pause * 2, _POLL_MOST)
+    except StoreUnavailable as exc:
+        raise EverystepError(f"{what}: {exc}") from exc

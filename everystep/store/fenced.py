@@ -1,0 +1,275 @@
+"""Every write made on behalf of a claimed run, in one place.
+
+Each is *fenced* (``everystep.models.fence``): it applies only on the condition that the
+claim still holds the run. A step record is one ``INSERT … SELECT … FROM`` the run row
+``WHERE`` the claim holds it, taking a share lock on that row (PostgreSQL ``FOR SHARE``,
+MariaDB ``LOCK IN SHARE MODE``; SQLite's write lock does it), so a cancel, requeue or
+takeover serialises with the record and a stale worker's record inserts nothing. The
+outcome of the run is one fenced ``UPDATE``; releasing it to wait, or requeueing it, is
+a fenced ``UPDATE`` too. What a refused write means is said once (``refused``).
+
+The per-step statements are built once per database (``everystep.store.sql``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.utils import timezone
+
+from everystep.errors import AlreadyRecorded, ClaimLost, RunGone, StoreUnavailable
+from everystep.models import FINAL_STATUSES, Event, Status, StepStatus, Workflow, finish_fields
+from everystep.store import awaits
+from everystep.store.guard import guarded
+from everystep.store.sql import RUNS, STEPS, Vendor, current, fenced
+from everystep.store.wake import notify_due
+from everystep.values import Claim
+
+_STEP_COLUMNS = (
+    "step_id",
+    "name",
+    "args",
+    "kwargs",
+    "status",
+    "result",
+    "error",
+    "started_at",
+    "finished_at",
+)
+_SETTLED = ("status", "result", "error", "finished_at")
+_FINISH_COLUMNS = tuple(finish_fields(Status.FAILED, None, None, None))
+
+
+def refused(claim: Claim) -> ClaimLost:
+    """Why a fenced write changed nothing: the run is gone, or no longer ours."""
+    if not Workflow.objects.filter(id=claim.run_id).exists():
+        return RunGone(f"run {claim.run_id} no longer exists")
+    return ClaimLost(f"run {claim.run_id} is no longer claimed by this pass of {claim.runner}")
+
+
+@dataclass(frozen=True)
+class Child:
+    """A child run a record starts (``everystep.start``): inserted in the record's
+    transaction, and named by the record's result."""
+
+    name: str
+    args: list[Any]
+    idempotency_key: str | None = None
+
+
+@guarded
+def record_step(
+    claim: Claim,
+    *,
+    step_id: str,
+    name: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    status: str,
+    started_at: Any,
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+    after_started: bool = False,
+    child: Child | None = None,
+) -> Any:
+    """Record a step's start (unsafe steps, pending waits) or its outcome, fenced by the
+    claim: one statement, in autocommit. With ``child``, the child run is inserted first
+    and the record commits with it (or neither does); the record's result names it.
+    Returns the result recorded."""
+    values = {
+        "step_id": step_id,
+        "name": name,
+        "args": args,
+        "kwargs": kwargs,
+        "status": status,
+        "result": result,
+        "error": error,
+        "started_at": started_at,
+        "finished_at": None if status == StepStatus.STARTED else timezone.now(),
+    }
+    # Inside a caller's transaction (a test wrapped in one) a failed statement would
+    # spoil it; a savepoint keeps it usable. A worker's pass has none and pays nothing.
+    together = child is not None or connection.in_atomic_block
+    try:
+        with transaction.atomic() if together else nullcontext():
+            if child is not None:
+                from everystep.store.runs import create_run
+
+                run = create_run(child.name, child.args, child.idempotency_key, parent=claim.run_id)
+                values["result"] = {"run": str(run.id), "workflow": run.name}
+            if after_started and _settle(claim, step_id, values):
+                return values["result"]
+            if _insert(claim, values):
+                return values["result"]
+            raise refused(claim)  # leaves the transaction: the child is not created
+    except IntegrityError as exc:
+        raise AlreadyRecorded(f"step {step_id} of run {claim.run_id} is already recorded") from exc
+
+
+@guarded
+def settle_started(
+    claim: Claim, step_id: str, *, status: str, result: Any = None, error: Any = None
+) -> None:
+    """Replace a pending wait's ``started`` record with its outcome, fenced."""
+    values = {"status": status, "result": result, "error": error, "finished_at": timezone.now()}
+    if not _settle(claim, step_id, values):
+        raise refused(claim)
+
+
+def _insert_statement(db: Vendor) -> str:
+    return (
+        f"INSERT INTO {STEPS} (workflow_id, {', '.join(_STEP_COLUMNS)}) "
+        f"SELECT w.id, {', '.join(db.placeholder(c) for c in _STEP_COLUMNS)} "
+        f"FROM {RUNS} w WHERE {fenced('w.')} {db.share}"
+    )
+
+
+def _insert(claim: Claim, values: dict[str, Any]) -> bool:
+    db, conn = current()
+    statement = db.statement("insert_step", _insert_statement)
+    assert statement is not None
+    params = [db.param(column, values.get(column)) for column in _STEP_COLUMNS]
+    cursor = db.execute(conn, statement, params + db.fence_params(claim))
+    return bool(cursor.rowcount == 1)
+
+
+def _settle_statement(db: Vendor) -> str:
+    return (
+        f"UPDATE {STEPS} SET {', '.join(f'{c} = {db.placeholder(c)}' for c in _SETTLED)} "
+        f"WHERE workflow_id = %s AND step_id = %s AND status = 'started' AND EXISTS ("
+        f"SELECT 1 FROM {RUNS} w WHERE {fenced('w.')} {db.share})"
+    )
+
+
+def _settle(claim: Claim, step_id: str, values: dict[str, Any]) -> bool:
+    """Give a ``started`` record its outcome in one statement, if the claim still holds
+    the run; False if nothing was updated."""
+    db, conn = current()
+    statement = db.statement("settle_step", _settle_statement)
+    assert statement is not None
+    params = [db.param(c, values.get(c)) for c in _SETTLED]
+    params += [db.param("id", claim.run_id), step_id, *db.fence_params(claim)]
+    cursor = db.execute(conn, statement, params)
+    return bool(cursor.rowcount == 1)
+
+
+@contextmanager
+def fenced_transaction(claim: Claim) -> Iterator[None]:
+    """A transaction for an atomic step: it starts by locking the run row on the fencing
+    condition (a no-op ``UPDATE``: on SQLite it takes the write lock at once, rather than
+    failing to upgrade a read lock later), so no requeue or takeover can interleave with
+    the step, and the body's writes and the step's record commit together or not at all.
+    ``ClaimLost``/``RunGone`` if the claim no longer holds the run: nothing runs."""
+    try:
+        with transaction.atomic():
+            if not Workflow.objects.held_by(claim).update(claim_token=claim.token):
+                raise refused(claim)
+            yield
+    except (OperationalError, InterfaceError) as exc:
+        # Raised here only by the lock or the commit (the body's own errors are its
+        # outcome): nothing committed, the step runs again once the database is back.
+        raise StoreUnavailable(f"database unavailable in an atomic step: {exc}") from exc
+
+
+def _finish_statement(db: Vendor) -> str:
+    outcome = ", ".join(f"{c} = {db.placeholder(c)}" for c in _FINISH_COLUMNS)
+    # Whether anyone awaits the run comes back with the outcome where the database can
+    # say so in the same statement; MariaDB asks after it (``finish_run``).
+    returning = " RETURNING awaited" if db.returning else ""
+    return f"UPDATE {RUNS} SET {outcome} WHERE {fenced()}{returning}"
+
+
+@guarded
+def finish_run(
+    claim: Claim, status: str, *, result: Any = None, error: dict[str, Any] | None = None
+) -> bool:
+    """Give the run its outcome in one statement, and wake whoever awaits it; False if
+    this claim no longer holds it (nothing was written)."""
+    db, conn = current()
+    statement = db.statement("finish", _finish_statement)
+    assert statement is not None
+    fields = finish_fields(status, result, error, timezone.now())
+    params = [db.param(column, value) for column, value in fields.items()]
+    cursor = db.execute(conn, statement, params + db.fence_params(claim))
+    if db.returning:
+        rows = cursor.fetchall()
+        if not rows:
+            return False
+        awaited = bool(rows[0][0])
+    else:
+        if cursor.rowcount != 1:
+            return False
+        # A separate read, after the outcome committed: a waiter that marked the run
+        # before the outcome's UPDATE had to wait for it, so this sees its mark.
+        awaited = Workflow.objects.filter(id=claim.run_id, awaited=True).exists()
+    if awaited and status in FINAL_STATUSES:
+        awaits.ended([claim.run_id])
+    return True
+
+
+@guarded
+def requeue_run(claim: Claim) -> bool:
+    """Put the run back to ``scheduled`` with its claim released; False if not ours."""
+    touched = Workflow.objects.held_by(claim).requeue()
+    if touched:
+        notify_due()
+    return touched == 1
+
+
+@guarded
+def suspend_run(
+    claim: Claim,
+    due: datetime | None,
+    events: frozenset[str],
+    runs: Collection[uuid.UUID] = frozenset(),
+) -> bool:
+    """Release the claimed run until ``due`` (None: until one of ``events`` is sent, or
+    the last of ``runs`` ends); False if the claim no longer holds it.
+
+    The race with an event sent meanwhile is closed by the run row's lock: this updates
+    the row first and only then looks for the events it awaits, and ``send_event``
+    updates (locks) the row before inserting the event. The race with an awaited run
+    ending meanwhile is closed the same way from the other side (``awaits.hold``)."""
+    now = timezone.now()
+    with transaction.atomic():
+        # The awaited runs' rows are locked before this run's own (``awaits``: one order).
+        pending = awaits.hold(claim.run_id, runs) if runs else []
+        released = Workflow.objects.held_by(claim).update(
+            status=Status.SCHEDULED,
+            claimed_by=None,
+            claim_token=None,
+            due_at=now if runs and not pending else due,
+            waiting_for=_waiting_for(events, pending),
+            updated_at=now,
+        )
+        if not released:
+            transaction.set_rollback(True)
+            return False
+        woken = bool(runs) and not pending
+        if events:
+            # Read with a lock: the latest committed events, whatever the isolation level.
+            sent = Event.objects.select_for_update().filter(
+                workflow_id=claim.run_id, name__in=events
+            )
+            if sent.exists():
+                Workflow.objects.filter(id=claim.run_id).update(due_at=now)
+                woken = True
+        if woken or (due is not None and due <= now):
+            notify_due()
+    return True
+
+
+def _waiting_for(events: frozenset[str], pending: list[uuid.UUID]) -> str | None:
+    """What a waiting run awaits, for operators: its events, or the runs it awaits."""
+    shown = sorted(events)
+    if len(pending) == 1:
+        shown.append(f"run {pending[0]}")
+    elif pending:
+        shown.append(f"{len(pending)} runs")
+    return ", ".join(shown)[:255] or None
