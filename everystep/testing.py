@@ -70,7 +70,7 @@ from datetime import timedelta
 from typing import Any
 
 from everystep import registry, store
-from everystep.engine import steps, waits
+from everystep.engine import crashes, results, waits
 from everystep.engine.execute import run_pass
 from everystep.errors import EverystepError
 from everystep.models import Workflow
@@ -96,7 +96,9 @@ def run_due(
     if advance is not None:
         elapsed = _advance(advance)
         if elapsed:
-            store.shift_pending(elapsed, sleep=waits.SLEEP, wait=waits.WAIT)
+            store.shift_pending(
+                elapsed, sleep=waits.SLEEP, waits=(waits.WAIT, results.RESULT, results.GATHER)
+            )
     seen: dict[Any, None] = {}
     passes = 0
     queue = store.reclaim_parked(runner)
@@ -163,11 +165,11 @@ def crash_at(
             crash.fired.append(step_id or name)
             return True
 
-    steps.add_crash_point(hook)
+    crashes.add_crash_point(hook)
     try:
         yield crash
     finally:
-        steps.remove_crash_point(hook)
+        crashes.remove_crash_point(hook)
 
 
 def _matcher(point: str, target: Callable[..., Any] | str | None) -> Callable[[str, str], bool]:

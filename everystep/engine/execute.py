@@ -24,7 +24,7 @@ from typing import Any
 from django.db import connection
 
 from everystep import conf, registry, serde, signals, store, tracing
-from everystep.engine import steps
+from everystep.engine.crashes import simulated_crash
 from everystep.engine.state import Frame, RunState, Scope, current_frame
 from everystep.errors import (
     AlreadyRecorded,
@@ -124,7 +124,7 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
         value, outcome = replay(state, defn, claim.args)
     if not isinstance(outcome, RunInterrupted):
         # everystep.testing's "before_finish": died after the last record, before the outcome.
-        outcome = steps.simulated_crash("before_finish", "", name) or outcome
+        outcome = simulated_crash("before_finish", "", name) or outcome
     if outcome is None:
         try:
             result = serde.encode(value, f"result of workflow {name}")

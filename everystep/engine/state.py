@@ -19,6 +19,7 @@ from uuid import UUID
 from django.utils import timezone
 
 from everystep import signals, store
+from everystep.engine.crashes import maybe_crash
 from everystep.errors import EverystepError, ReachedNewWork
 from everystep.serde import storable_text
 from everystep.values import Claim, RecordedStep
@@ -167,7 +168,9 @@ class RunState:
             after_started=after_started,
             child=child,
         )
-        return self._announce(RecordedStep(step_id, name, status, result, error), began)
+        self._announce(RecordedStep(step_id, name, status, result, error), began)
+        maybe_crash(step_id, name, "after_record")
+        return self.records[step_id]
 
     def settle(
         self, step_id: str, name: str, status: str, *, result: Any = None, error: Any = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any
 
@@ -12,6 +12,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
 from everystep import serde, store, tracing
+from everystep.engine.crashes import maybe_crash
 from everystep.engine.recorded import body_frame, reach, served
 from everystep.engine.replay import Decision
 from everystep.engine.state import Frame, RunState, current_frame
@@ -20,49 +21,10 @@ from everystep.errors import (
     EffectUncertain,
     EverystepError,
     RunInterrupted,
-    SimulatedCrash,
     Terminal,
 )
 from everystep.models import StepStatus
 from everystep.registry import StepDef
-
-# Crash points installed by ``everystep.testing`` (``crash_at``, ``crash_after``): each
-# is asked ``point(where, step_id, name)`` whether the process "dies" there. ``where``:
-# "before_body" (an unsafe step's started row is committed), "after_body" (the body
-# returned or raised, its outcome is not recorded), "after_record", and "before_finish"
-# (the body is done, the run's outcome is not written; step id "", the workflow's name).
-CrashPoint = Callable[[str, str, str], bool]
-_crash_points: list[CrashPoint] = []
-_crash_lock = threading.Lock()
-
-
-def add_crash_point(point: CrashPoint) -> None:
-    with _crash_lock:
-        _crash_points.append(point)
-
-
-def remove_crash_point(point: CrashPoint) -> None:
-    with _crash_lock:
-        _crash_points.remove(point)
-
-
-def simulated_crash(where: str, step_id: str, name: str) -> SimulatedCrash | None:
-    """The crash an installed crash point asks for at ``where``, or None (always, and
-    at the cost of one list check, when no test installed any)."""
-    if not _crash_points:  # the usual case, read without the lock: tests add points
-        return None
-    with _crash_lock:
-        points = list(_crash_points)
-    if any(point(where, step_id, name) for point in points):
-        what = f"step {step_id} ({name})" if step_id else f"run of {name}"
-        return SimulatedCrash(f"simulated crash at {where} of {what}")
-    return None
-
-
-def _maybe_crash(step_id: str, name: str, where: str = "after_body") -> None:
-    crash = simulated_crash(where, step_id, name)
-    if crash is not None:
-        raise crash
 
 
 def call_step(
@@ -105,8 +67,7 @@ def _execute(
     if defn.unsafe_to_repeat:
         # Committed before the body runs: a crash inside it leaves evidence on replay.
         run.record(status=StepStatus.STARTED, **record)
-    if _crash_points:
-        _maybe_crash(step_id, defn.name, "before_body")
+    maybe_crash(step_id, defn.name, "before_body")
     # An atomic step's body and its record share one transaction, fenced by the claim:
     # its database writes commit with the record or not at all. The transaction is left
     # before the step's exception is raised, so a recorded failure commits too.
@@ -141,7 +102,7 @@ def _run_and_record(
         current_frame.reset(token)
         if _passes_through(exc) or (defn.atomic and exc is run.aborted):
             raise
-        _maybe_crash(step_id, defn.name)
+        maybe_crash(step_id, defn.name)
         error = serde.encode_error(exc)
         _record(run, record, "failed", began, error=error, after=defn.unsafe_to_repeat)
         if isinstance(exc, Terminal):
@@ -157,7 +118,7 @@ def _run_and_record(
             return replayed, None
         return exc, None
     current_frame.reset(token)
-    _maybe_crash(step_id, defn.name)
+    maybe_crash(step_id, defn.name)
     try:
         result = serde.encode(value, f"result of step {step_id} ({defn.name})")
     except EverystepError as exc:
@@ -221,5 +182,3 @@ def _record(
     run.record(
         status=status, result=result, error=error, began=began, after_started=after, **record
     )
-    if _crash_points:
-        _maybe_crash(record["step_id"], record["name"], "after_record")

@@ -4,14 +4,16 @@ a fake clock in the engine or the claim, which keep reading ``timezone.now()``.
 
 A pending time is one still in the future: the ``due_at`` of a ``scheduled`` run (a
 delayed start, a sleep's wake time, a wait's deadline), the wake time a sleep recorded
-(the result of its ``done`` step) and the deadline a pending ``wait_for`` recorded (in
-the result of its ``started`` step). Times already past are history and stay as they
-are. A sleeping run's ``due_at`` and its sleep's wake time move by the same amount, so
-they stay equal, which the engine relies on to tell a run's wake-up from other passes.
+(the result of its ``done`` step) and the deadline a pending wait (``wait_for``,
+``result``, ``gather``) recorded (in the result of its ``started`` step). Times already
+past are history and stay as they are. A sleeping run's ``due_at`` and its sleep's wake
+time move by the same amount, so they stay equal, which the engine relies on to tell a
+run's wake-up from other passes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,9 +27,10 @@ from everystep.store.wake import notify_due
 from everystep.times import project_time
 
 
-def shift_pending(advance: timedelta, *, sleep: str, wait: str) -> None:
+def shift_pending(advance: timedelta, *, sleep: str, waits: Collection[str]) -> None:
     """Move every pending time of the unfinished runs ``advance`` earlier. ``sleep`` and
-    ``wait`` are the step names the engine records sleeps and waits for events under."""
+    ``waits`` are the step names the engine records sleeps and waits with deadlines
+    under."""
     now = timezone.now()
     with transaction.atomic():
         moved = Workflow.objects.filter(status=Status.SCHEDULED, due_at__gt=now).update(
@@ -35,7 +38,8 @@ def shift_pending(advance: timedelta, *, sleep: str, wait: str) -> None:
         )
         records = (
             Step.objects.filter(
-                Q(name=sleep, status=StepStatus.DONE) | Q(name=wait, status=StepStatus.STARTED)
+                Q(name=sleep, status=StepStatus.DONE)
+                | Q(name__in=list(waits), status=StepStatus.STARTED)
             )
             .exclude(workflow__status__in=FINAL_STATUSES)
             .values_list("pk", "name", "result")

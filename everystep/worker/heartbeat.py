@@ -1,5 +1,6 @@
-"""The runner heartbeat and orphan recovery, on a thread of their own so a busy claim
-loop or a long step never delays them."""
+"""The runner heartbeat, orphan recovery and the sweep for waiters left asleep
+(``everystep.store.awaits``), on a thread of their own so a busy claim loop or a long
+step never delays them."""
 
 from __future__ import annotations
 
@@ -65,6 +66,8 @@ class Heartbeat(threading.Thread):
             self.beat()
             if self.orphan_timeout > 0 and not self.worker.draining:
                 self.recover_orphans()
+            # Waiters a dead worker's run ended without waking (``store.awaits``).
+            store.sweep()
         except store.DATABASE_ERRORS as exc:
             logger.warning(
                 "heartbeat failed (%s); retrying", exc, extra=self._extra("worker.heartbeat_failed")

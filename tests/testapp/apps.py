@@ -10,5 +10,6 @@ class TestappConfig(AppConfig):
     def ready(self) -> None:
         from tests.testapp import (
             chaos,  # noqa: F401  (registers the chaos workflows)
+            composition,  # noqa: F401  (child runs, result and gather)
             versioned,  # noqa: F401  (workflows in several versions)
         )

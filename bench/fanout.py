@@ -1,0 +1,314 @@
+"""Fan-out: one parent run that starts N child runs and gathers them, against N
+independent runs, over the same worker processes (issue 19).
+
+    .venv/bin/python bench/fanout.py --db postgres|mariadb|sqlite [--children 1000]
+        [--workers 3] [--pool 8] [--poll 0.05] [--repeat 1] [--wait-quiet 60]
+        [--source PATH] [--label NAME] [--keep-logs]
+
+On a fresh database of its own (``everystep_test_bench_…``, dropped at the end), each
+round measures two phases, each with ``--workers`` fresh ``manage.py everystep_worker
+--pool 8 --poll 0.05`` processes (names of their own), started and idle before the
+clock starts (start-up is not measured), stopped after:
+
+- **fan-out**: one run of ``everystep_bench.fanout_workflows.bench_fanout(N, file)`` is
+  scheduled; its body starts N children of ``bench_three`` (3 tiny steps, the workflow
+  every other benchmark runs) with ``everystep.start`` and ``everystep.gather``s them.
+  Timed from just before the schedule to the parent's ``completed_at``. The body appends
+  a line to ``file`` on every pass (bench only, not a step): the parent's **passes**,
+  counted across worker processes; the rest comes from the rows (the children's
+  ``parent``, their first start and last end, the parent's records);
+- **independent**: N runs of ``bench_three`` scheduled in one transaction
+  (``harness.schedule_runs``), timed from just before the schedule to the last
+  ``completed_at``.
+
+Rounds alternate the phase order. Per phase: schedule → done, runs/s (runs completed /
+that time), the children's span (first ``started_at`` to last ``completed_at``), the
+workers' and the database server's CPU per child run; for the fan-out, the passes, how
+long the first pass took to start the N children, and the time from the last child's
+end to the parent's (its wake-up and its last pass, which replays N start records).
+The summary gives medians and the ratio fan-out / independent. Appends one JSON line
+(``"kind": "fanout"``) to ``bench/results.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import compare
+import harness
+
+FANOUT, INDEPENDENT = "fan-out", "independent"
+WAIT_EVERY = 0.05  # how often the benchmark looks at the rows while a phase runs
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    harness.add_common_arguments(parser)
+    parser.add_argument("--children", type=int, default=1000, help="child runs (1000)")
+    parser.add_argument("--workers", type=int, default=3, help="worker processes (3)")
+    parser.add_argument("--pool", type=int, default=8, help="worker --pool (8)")
+    parser.add_argument("--poll", type=float, default=0.05, help="worker --poll (0.05)")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds (1)")
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=60,
+        help="before each phase, wait up to this many seconds for the rest of the machine "
+        "to use < 0.25 CPU (60; 0 = do not wait)",
+    )
+    parser.add_argument("--log-level", default="INFO", help="worker log level (INFO)")
+    parser.add_argument("--keep-logs", action="store_true", help="keep worker logs")
+    args = parser.parse_args(argv)
+    if min(args.children, args.workers, args.pool, args.repeat) < 1:
+        parser.error("--children, --workers, --pool and --repeat must be at least 1")
+    return args
+
+
+# -- a phase -------------------------------------------------------------------------------
+
+
+def seconds(later: datetime | None, earlier: datetime | float | None) -> float | None:
+    """``later - earlier`` in seconds (``earlier``: a datetime or a Unix time)."""
+    if later is None or earlier is None:
+        return None
+    start = earlier if isinstance(earlier, float) else earlier.timestamp()
+    return round(later.timestamp() - start, 3)
+
+
+def start_fleet(
+    args: argparse.Namespace, workers: harness.Workers, name: str
+) -> list[harness.WorkerProcess]:
+    fleet = [
+        workers.start(f"{name}-w{number}", "--pool", str(args.pool), "--poll", str(args.poll))
+        for number in range(1, args.workers + 1)
+    ]
+    for worker in fleet:
+        worker.wait_ready()
+    return fleet
+
+
+def phase(
+    args: argparse.Namespace, workers: harness.Workers, scratch: Path, what: str, name: str
+) -> dict[str, Any]:
+    """One phase (``FANOUT`` or ``INDEPENDENT``) on fresh workers; its figures."""
+    from django.db import transaction
+    from django.db.models import Max, Min
+
+    import everystep
+    from everystep.models import FINAL_STATUSES, Status, Step, Workflow
+    from everystep_bench.fanout_workflows import bench_fanout
+    from everystep_bench.workflows import bench_three
+
+    compare.tidy_tables(args.db)
+    quiet = harness.wait_quiet(args.wait_quiet)
+    fleet = start_fleet(args, workers, name)
+    passes_file = scratch / f"{name}-{uuid.uuid4().hex[:8]}.passes"
+    split_before = compare.fleet_cpu_split(fleet)
+    meter = harness.CpuMeter(args.db)
+    meter.begin()
+
+    def alive() -> None:
+        for worker in fleet:
+            worker.check_alive()
+
+    timeout = max(600.0, args.children / 5)
+    scheduled = time.time()
+    if what == FANOUT:
+        with transaction.atomic():
+            parent_id = everystep.schedule(bench_fanout, args.children, str(passes_file)).pk
+        ended = Workflow.objects.filter(id=parent_id, status__in=FINAL_STATUSES)
+        harness.wait_for(ended.exists, timeout, WAIT_EVERY, alive)
+        runs = Workflow.objects.filter(parent_id=parent_id)
+    else:
+        parent_id = None
+        since = harness.id_floor(scheduled)
+        harness.schedule_runs(bench_three, args.children)
+        harness.wait_for(lambda: harness.pending_runs() == 0, timeout, WAIT_EVERY, alive)
+        runs = Workflow.objects.filter(id__gte=since)
+    observed = round(time.time() - scheduled, 3)
+    split_now = fleet_cpu = compare.fleet_cpu_split(fleet)
+    worker_cpu = split_now[0] - split_before[0] + split_now[1] - split_before[1]
+    cpu = meter.end()
+    cpu["worker_s"] = round(worker_cpu, 3)
+    cpu["other_s"] = round(cpu["other_s"] - worker_cpu, 2)
+    exit_codes = [worker.terminate() for worker in fleet]
+    del fleet_cpu
+
+    span = runs.aggregate(
+        first_created=Max("created_at"),  # the last child written: the starts' end
+        first_started=Min("started_at"),
+        last_completed=Max("completed_at"),
+    )
+    statuses = dict(runs.order_by().values_list("status").annotate(n=Min("id")).values_list())
+    statuses = {
+        status: runs.filter(status=status).count()
+        for status in runs.order_by().values_list("status", flat=True).distinct()
+    }
+    completed = statuses.get(Status.COMPLETED, 0)
+    result: dict[str, Any] = {
+        "phase": what,
+        "children": args.children,
+        "workers": args.workers,
+        "runs_completed": completed,
+        "statuses": statuses,
+        "steps": Step.objects.filter(workflow__in=runs).count(),
+        "children_span_s": seconds(span["last_completed"], span["first_started"]),
+        "observed_s": observed,  # by the benchmark's polling, to within WAIT_EVERY
+        "worker_cpu_ms_per_run": round(1000 * worker_cpu / max(completed, 1), 3),
+        "db_cpu_ms_per_run": round(1000 * cpu["db_server_s"] / max(completed, 1), 3),
+        "cpu": cpu,
+        "quiet": quiet,
+        "exit_code": next((code for code in exit_codes if code != 0), 0),  # None: killed
+    }
+    if what == INDEPENDENT:
+        result["to_done_s"] = seconds(span["last_completed"], scheduled)
+    else:
+        parent = Workflow.objects.get(id=parent_id)
+        lines = passes_file.read_text().splitlines() if passes_file.exists() else []
+        pass_times = [float(line.split()[0]) for line in lines]
+        expected = args.children * args.children + 2 * args.children
+        if parent.status != Status.COMPLETED or parent.result != expected:
+            raise RuntimeError(
+                f"the parent ended {parent.status} with result {parent.result!r} "
+                f"(expected {expected}), error {parent.error!r}"
+            )
+        result.update(
+            {
+                "to_done_s": seconds(parent.completed_at, scheduled),
+                "passes": len(lines),
+                "pass_at_s": [round(t - scheduled, 3) for t in pass_times],
+                "pass_workers": sorted({line.split()[1] for line in lines}),
+                "parent_records": Step.objects.filter(workflow_id=parent_id).count(),
+                "parent_recoveries": parent.recoveries,
+                # The first pass: from the parent's claim to the last child's insert.
+                "starting_s": seconds(span["first_created"], parent.started_at),
+                # The wake-up and the last pass (which replays the N start records).
+                "last_child_to_parent_s": seconds(parent.completed_at, span["last_completed"]),
+            }
+        )
+    result["runs_per_s"] = round(completed / result["to_done_s"], 1) if completed else 0.0
+    return result
+
+
+def print_phase(round_no: int, p: dict[str, Any]) -> None:
+    line = (
+        f"  round {round_no}  {p['phase']:<12} {p['to_done_s']:>7.3f}s to done  "
+        f"{p['runs_per_s']:>7.1f} runs/s  {p['runs_completed']} runs {p['steps']} steps, "
+        f"children {p['children_span_s']}s first start -> last end  "
+        f"worker CPU {p['worker_cpu_ms_per_run']:.2f} ms/run  "
+        f"db CPU {p['db_cpu_ms_per_run']:.2f} ms/run  other {p['cpu']['other_s']}s"
+    )
+    if p["phase"] == FANOUT:
+        line += (
+            f"\n           passes {p['passes']} (at {p['pass_at_s']} s), starting the "
+            f"children {p['starting_s']}s, last child -> parent done "
+            f"{p['last_child_to_parent_s']}s, {p['parent_records']} parent records"
+        )
+    if not p["quiet"]["quiet"]:
+        line += f"  (started while others used {p['quiet']['other_cpus']} CPU)"
+    print(line, flush=True)
+
+
+# -- the benchmark ---------------------------------------------------------------------------
+
+
+def median(values: list[Any]) -> float | None:
+    values = [v for v in values if v is not None]
+    return round(statistics.median(values), 3) if values else None
+
+
+def summarise(phases: list[dict[str, Any]]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for what in (FANOUT, INDEPENDENT):
+        mine = [p for p in phases if p["phase"] == what]
+        summary[what] = {
+            key: median([p[key] for p in mine])
+            for key in (
+                "to_done_s",
+                "runs_per_s",
+                "children_span_s",
+                "worker_cpu_ms_per_run",
+                "db_cpu_ms_per_run",
+            )
+        }
+    fan = [p for p in phases if p["phase"] == FANOUT]
+    summary[FANOUT].update(
+        {
+            "passes": [p["passes"] for p in fan],
+            "starting_s": median([p["starting_s"] for p in fan]),
+            "last_child_to_parent_s": median([p["last_child_to_parent_s"] for p in fan]),
+        }
+    )
+    rounds = len(fan)
+    ratios = [
+        fan[i]["to_done_s"] / indep["to_done_s"]
+        for i, indep in enumerate(p for p in phases if p["phase"] == INDEPENDENT)
+        if i < rounds and indep["to_done_s"]
+    ]
+    summary["ratio_fanout_to_independent"] = median(ratios)
+    return summary
+
+
+def benchmark(args: argparse.Namespace, run: harness.Session) -> dict[str, Any]:
+    phases: list[dict[str, Any]] = []
+    for index in range(args.repeat):
+        order = [FANOUT, INDEPENDENT] if index % 2 == 0 else [INDEPENDENT, FANOUT]
+        for what in order:
+            name = f"fanout-{index + 1}-{'parent' if what == FANOUT else 'indep'}"
+            measured = harness.attempts(
+                name,
+                lambda what=what, name=name: phase(args, run.workers, run.scratch, what, name),
+                run.workers.kill_all,
+            )
+            phases.append(measured)
+            print_phase(index + 1, measured)
+    return {"phases": phases, "summary": summarise(phases)}
+
+
+def print_summary(record: dict[str, Any]) -> None:
+    args, s = record["args"], record["summary"]
+    harness.print_header(record)
+    n = args["children"]
+    print(
+        f"{n} runs of bench_three (3 steps): children of one parent (start + gather) vs "
+        f"independent; {args['workers']} workers --pool {args['pool']} --poll "
+        f"{args['poll']}; medians of {args['repeat']} round(s)"
+    )
+    head = ("", "to done s", "runs/s", "children span s", "wkr ms/run", "db ms/run")
+    form = "  {:<28}{:>10}{:>8}{:>17}{:>11}{:>10}"
+    print(form.format(*head))
+    for what, label in ((FANOUT, f"1 parent + {n} children"), (INDEPENDENT, f"{n} independent")):
+        m = s[what]
+        cells = (
+            label,
+            m["to_done_s"],
+            m["runs_per_s"],
+            m["children_span_s"],
+            m["worker_cpu_ms_per_run"],
+            m["db_cpu_ms_per_run"],
+        )
+        print(form.format(*map(str, cells)))
+    fan = s[FANOUT]
+    print(
+        f"  fan-out / independent, time to done: {s['ratio_fanout_to_independent']}x; "
+        f"the parent's passes per round: {fan['passes']}; its first pass started the "
+        f"children in {fan['starting_s']}s; last child -> parent done "
+        f"{fan['last_child_to_parent_s']}s"
+    )
+    harness.print_problems(record)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    return harness.run_benchmark("fanout", args, lambda run: benchmark(args, run), print_summary)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,276 @@
+"""Child runs and waits for runs (``start``, ``result``, ``gather``), driven in this
+process by ``run_due``, which claims like a worker: one run at a time, only due ones."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connection, transaction
+
+import everystep
+from everystep import schedule, store
+from everystep.errors import EverystepError, RunCancelled, RunStopped, WaitTimeout
+from everystep.models import RunWait, Step, Workflow
+from everystep.testing import crash_at, run_due
+from tests.testapp import composition as cw
+from tests.testapp.models import Execution
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def fresh(run: Workflow) -> Workflow:
+    return Workflow.objects.get(id=run.id)
+
+
+def passes(run: Workflow) -> int:
+    return Execution.objects.filter(run_id=run.id, step="pass").count()
+
+
+def children(run: Workflow) -> list[Workflow]:
+    return list(Workflow.objects.filter(parent_id=run.id).order_by("id"))
+
+
+def test_a_parent_completes_with_its_childs_result():
+    parent = schedule(cw.parent_one, 5)
+    run_due()
+    done = fresh(parent)
+    assert (done.status, done.result) == ("completed", 106)
+    (child,) = children(parent)
+    assert (child.name, child.status, child.result) == (
+        cw.child_sum.__everystep_workflow__.name,
+        "completed",
+        6,
+    )
+    start_step = Step.objects.get(workflow=parent, step_id="1")
+    assert start_step.name == "everystep.start"
+    assert start_step.result == {"run": str(child.id), "workflow": child.name}
+    wait_step = Step.objects.get(workflow=parent, step_id="2")
+    assert (wait_step.name, wait_step.status) == ("everystep.result", "done")
+    assert passes(parent) == 2, "one pass to start and wait, one once the child ended"
+    assert not RunWait.objects.exists(), "the wait's rows are gone once it is over"
+
+
+def test_a_waiting_parent_is_released_and_woken_by_its_childs_end():
+    parent = schedule(cw.parent_catches, "waits")
+    run_due()
+    waiting = fresh(parent)
+    (child,) = children(parent)
+    assert (waiting.status, waiting.claimed_by, waiting.due_at) == ("scheduled", None, None)
+    assert waiting.waiting_for == f"run {child.id}"
+    assert fresh(child).status == "scheduled" and fresh(child).awaited
+    assert RunWait.objects.filter(waiter_id=parent.id, awaited_run_id=child.id).exists()
+    run_due()
+    assert fresh(parent).status == "scheduled", "nothing ended: nothing woke it"
+    everystep.send(child.id, "go", "green")
+    run_due()
+    assert fresh(parent).result == "value 'green'"
+    assert passes(parent) == 2
+
+
+def test_a_failed_child_raises_its_exception_in_the_parent():
+    parent = schedule(cw.parent_catches, "fails")
+    run_due()
+    assert fresh(parent).result == "ValueError boom"
+
+
+def test_a_stopped_child_raises_run_stopped_with_reason_and_payload():
+    parent = schedule(cw.parent_catches, "stops")
+    run_due()
+    assert fresh(parent).result == "RunStopped enough {'why': 'enough'}"
+
+
+def test_a_cancelled_child_raises_run_cancelled_in_the_parent():
+    parent = schedule(cw.parent_catches, "waits")
+    run_due()
+    (child,) = children(parent)
+    store.cancel_run(str(child.id), by="test")
+    run_due()
+    assert fresh(parent).result == "RunCancelled"
+
+
+def test_a_timeout_is_catchable_and_recorded():
+    parent = schedule(cw.parent_catches, "waits", 0.3)
+    run_due()
+    assert fresh(parent).due_at is not None
+    time.sleep(0.4)
+    run_due()
+    done = fresh(parent)
+    assert done.result == "WaitTimeout, then 2"
+    wait_step = Step.objects.get(workflow=parent, step_id="2")
+    assert (wait_step.status, wait_step.error["type"]) == ("failed", "everystep.errors.WaitTimeout")
+    (child,) = children(parent)
+    assert fresh(child).status == "scheduled", "a timeout leaves the child alone"
+    assert not RunWait.objects.filter(waiter_id=parent.id).exists()
+
+
+def test_run_due_advance_moves_a_result_wait_deadline():
+    parent = schedule(cw.parent_catches, "waits", 3600)
+    run_due()
+    run_due(advance=3601)
+    assert fresh(parent).result == "WaitTimeout, then 2"
+
+
+def test_gather_returns_results_in_order_after_a_bounded_number_of_passes():
+    parent = schedule(cw.parent_many, 25)
+    run_due()
+    done = fresh(parent)
+    assert done.result == [2 * i for i in range(25)]
+    assert len(children(parent)) == 25
+    assert passes(parent) == 2, "resumed once, when the last child ended"
+    assert Step.objects.filter(workflow=parent, name="everystep.gather").count() == 1
+
+
+def test_gather_of_several_failures_raises_an_exception_group():
+    parent = schedule(cw.parent_gathers_failures)
+    run_due()
+    assert fresh(parent).result == "one + two"
+
+
+def test_fork_branches_each_start_and_await_a_child():
+    parent = schedule(cw.parent_in_branches)
+    run_due()
+    assert fresh(parent).result == [3, 7]
+    assert {child.result for child in children(parent)} == {3, 7}
+
+
+def test_cancelling_a_run_cancels_its_unfinished_children_and_theirs():
+    top = schedule(cw.grandparent)
+    run_due()  # grandparent waits for parent_one, which waits for child_sum… which is done
+    middle = children(top)[0]
+    assert fresh(top).status == "completed"
+    top = schedule(cw.parent_catches, "waits")
+    run_due()
+    (child,) = children(top)
+    store.cancel_run(str(top.id), by="test")
+    assert fresh(top).status == "cancelled"
+    assert fresh(child).status == "cancelled"
+    assert "parent was cancelled" in fresh(child).error["message"]
+    assert fresh(middle).status == "completed", "finished runs are left as they are"
+
+
+def test_cancel_reaches_grandchildren():
+    top = schedule(cw.grandparent)
+    middle_run = None
+    # Run only the top and its child's first pass: claim one run at a time.
+    run_due(max_passes=2)
+    (middle_run,) = children(top)
+    store.cancel_run(str(top.id), by="test")
+    assert fresh(middle_run).status == "cancelled"
+    for grandchild in children(middle_run):
+        assert fresh(grandchild).status in ("cancelled", "completed")
+
+
+def test_a_crash_after_the_childs_start_never_starts_a_second_child():
+    parent = schedule(cw.parent_one, 1)
+    with crash_at("after_record", "1") as crash:
+        run_due(max_passes=1)
+    assert crash.fired == ["1"]
+    assert fresh(parent).status == "running", "the pass died holding the run"
+    assert len(children(parent)) == 1
+    run_due()
+    assert fresh(parent).result == 102
+    assert len(children(parent)) == 1
+
+
+def test_start_in_a_step_body_is_schedule():
+    run = schedule(cw.outside_starter, 2)
+    run_due()
+    started = Workflow.objects.get(id=fresh(run).result)
+    assert started.parent_id is None
+    assert started.status == "completed"
+
+
+def test_start_outside_a_body_is_schedule():
+    run = everystep.start(cw.child_sum, 1, 2, idempotency_key="k")
+    again = everystep.start(cw.child_sum, 1, 2, idempotency_key="k")
+    assert run.id == again.id and run.parent_id is None
+
+
+def test_start_checks_arguments_like_schedule():
+    with pytest.raises(TypeError, match="cannot start workflow"):
+        everystep.start(cw.child_sum, 1)
+
+
+def test_result_outside_a_body_returns_a_finished_runs_result():
+    run = schedule(cw.child_sum, 2, 3)
+    run_due()
+    assert everystep.result(run) == 5
+    assert everystep.result(str(run.id), timeout=0) == 5
+    assert everystep.gather([run, run.id]) == [5, 5]
+
+
+def test_result_outside_a_body_blocks_until_the_run_ends():
+    run = schedule(cw.child_sum, 4, 4)
+
+    def later() -> None:
+        time.sleep(0.3)
+        run_due()
+        connection.close()
+
+    worker = threading.Thread(target=later)
+    worker.start()
+    began = time.monotonic()
+    try:
+        assert everystep.result(run, timeout=30) == 8
+    finally:
+        worker.join()
+    assert time.monotonic() - began >= 0.25
+
+
+def test_result_outside_a_body_times_out():
+    run = schedule(cw.child_waits, "never")
+    began = time.monotonic()
+    with pytest.raises(WaitTimeout):
+        everystep.result(run, timeout=0.3)
+    assert 0.25 <= time.monotonic() - began < 5
+
+
+def test_result_outside_raises_the_outcomes():
+    failed = schedule(cw.child_fails, "bad")
+    stopped = schedule(cw.child_stops, "halt")
+    cancelled = schedule(cw.child_waits, "x")
+    run_due()
+    store.cancel_run(str(cancelled.id), by="test")
+    with pytest.raises(ValueError, match="bad"):
+        everystep.result(failed)
+    with pytest.raises(RunStopped) as stop:
+        everystep.result(stopped)
+    assert (stop.value.reason, stop.value.payload) == ("halt", {"why": "halt"})
+    with pytest.raises(RunCancelled):
+        everystep.result(cancelled)
+    with pytest.raises(ExceptionGroup):
+        everystep.gather([failed, stopped])
+
+
+def test_result_of_an_unknown_or_malformed_run_is_a_clear_error():
+    with pytest.raises(EverystepError, match="no run with id"):
+        everystep.result("00000000-0000-7000-8000-000000000000")
+    with pytest.raises(EverystepError, match="not a run id"):
+        everystep.result("nope")
+    with pytest.raises(EverystepError, match="list of runs"):
+        everystep.gather("00000000-0000-7000-8000-000000000000")
+
+
+def test_result_will_not_wait_inside_a_transaction():
+    run = schedule(cw.child_sum, 1, 1)
+    with transaction.atomic(), pytest.raises(EverystepError, match="inside a database transaction"):
+        everystep.result(run)
+
+
+def test_a_blocked_run_is_waited_through(blocked_run):
+    with pytest.raises(WaitTimeout):
+        everystep.result(blocked_run, timeout=0.2)
+
+
+def test_sweep_wakes_a_waiter_whose_childs_end_did_not():
+    parent = schedule(cw.parent_catches, "waits")
+    run_due()
+    (child,) = children(parent)
+    # The child ends without the wake (as if its worker died right after the outcome).
+    Workflow.objects.filter(id=child.id).update(status="completed", result="late")
+    assert fresh(parent).due_at is None
+    assert store.sweep() == 1
+    run_due()
+    assert fresh(parent).result == "value 'late'"

@@ -1,0 +1,126 @@
+"""Workflows that start child runs and wait for runs (``start``, ``result``, ``gather``).
+Each parent body logs an ``Execution`` row named ``pass`` on every pass (outside any
+step, so it runs again on each replay): tests count the passes a parent took."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from django.utils import timezone
+
+from everystep import Terminal, gather, parallel, result, start, step, wait_for, workflow
+from everystep.errors import RunCancelled, RunStopped, WaitTimeout
+
+
+def _log(run_label: str) -> None:
+    from everystep.context import current
+    from tests.testapp.models import Execution
+
+    ctx = current()
+    assert ctx is not None
+    now = timezone.now()
+    Execution.objects.create(
+        run_id=ctx.workflow_id, step=run_label, pid=os.getpid(), started_at=now, finished_at=now
+    )
+
+
+@step
+def add(a: int, b: int) -> int:
+    _log("add")
+    return a + b
+
+
+@workflow
+def child_sum(a: int, b: int) -> int:
+    return add(a, b)
+
+
+@workflow
+def child_fails(message: str) -> None:
+    add(0, 0)
+    raise ValueError(message)
+
+
+@workflow
+def child_stops(reason: str) -> None:
+    raise Terminal(reason, {"why": reason})
+
+
+@workflow
+def child_waits(event: str) -> Any:
+    return wait_for(event)
+
+
+@workflow
+def parent_one(a: int) -> int:
+    _log("pass")
+    child = start(child_sum, a, 1)
+    total = result(child)
+    return add(total, 100)
+
+
+@workflow
+def parent_many(count: int) -> list[int]:
+    _log("pass")
+    children = [start(child_sum, i, i) for i in range(count)]
+    return gather(children)
+
+
+@workflow
+def parent_catches(kind: str, timeout: float | None = None) -> str:
+    """Starts a child of ``kind`` and says what its result() raised."""
+    _log("pass")
+    child = {
+        "fails": lambda: start(child_fails, "boom"),
+        "stops": lambda: start(child_stops, "enough"),
+        "waits": lambda: start(child_waits, "go"),
+    }[kind]()
+    try:
+        return f"value {result(child, timeout=timeout)!r}"
+    except ValueError as exc:
+        return f"ValueError {exc}"
+    except RunStopped as exc:
+        return f"RunStopped {exc.reason} {exc.payload}"
+    except RunCancelled:
+        return "RunCancelled"
+    except WaitTimeout:
+        return f"WaitTimeout, then {add(1, 1)}"
+
+
+@workflow
+def parent_gathers_failures() -> str:
+    _log("pass")
+    runs = [start(child_fails, "one"), start(child_sum, 1, 1), start(child_fails, "two")]
+    try:
+        gather(runs)
+    except ExceptionGroup as group:
+        return " + ".join(sorted(str(exc) for exc in group.exceptions))
+    return "no failure"
+
+
+@workflow
+def parent_in_branches() -> tuple[Any, ...]:
+    """Two fork branches, each starting a child and waiting for it."""
+    _log("pass")
+    return parallel(
+        lambda: result(start(child_sum, 1, 2)),
+        lambda: result(start(child_sum, 3, 4)),
+    )
+
+
+@workflow
+def grandparent() -> int:
+    _log("pass")
+    return result(start(parent_one, 10))
+
+
+@workflow
+def outside_starter(a: int) -> str:
+    """``start`` in a step body is ``schedule``: not durable, no parent."""
+    return str(_start_in_step(a))
+
+
+@step
+def _start_in_step(a: int) -> str:
+    return str(start(child_sum, a, a).pk)
