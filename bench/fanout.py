@@ -99,12 +99,12 @@ def phase(
 ) -> dict[str, Any]:
     """One phase (``FANOUT`` or ``INDEPENDENT``) on fresh workers; its figures."""
     from django.db import transaction
-    from django.db.models import Max, Min
+    from django.db.models import Count, Max, Min
+    from everystep_bench.fanout_workflows import bench_fanout
+    from everystep_bench.workflows import bench_three
 
     import everystep
     from everystep.models import FINAL_STATUSES, Status, Step, Workflow
-    from everystep_bench.fanout_workflows import bench_fanout
-    from everystep_bench.workflows import bench_three
 
     compare.tidy_tables(args.db)
     quiet = harness.wait_quiet(args.wait_quiet)
@@ -133,24 +133,19 @@ def phase(
         harness.wait_for(lambda: harness.pending_runs() == 0, timeout, WAIT_EVERY, alive)
         runs = Workflow.objects.filter(id__gte=since)
     observed = round(time.time() - scheduled, 3)
-    split_now = fleet_cpu = compare.fleet_cpu_split(fleet)
+    split_now = compare.fleet_cpu_split(fleet)
     worker_cpu = split_now[0] - split_before[0] + split_now[1] - split_before[1]
     cpu = meter.end()
     cpu["worker_s"] = round(worker_cpu, 3)
     cpu["other_s"] = round(cpu["other_s"] - worker_cpu, 2)
     exit_codes = [worker.terminate() for worker in fleet]
-    del fleet_cpu
 
     span = runs.aggregate(
-        first_created=Max("created_at"),  # the last child written: the starts' end
+        last_created=Max("created_at"),  # the last child written: the starts' end
         first_started=Min("started_at"),
         last_completed=Max("completed_at"),
     )
-    statuses = dict(runs.order_by().values_list("status").annotate(n=Min("id")).values_list())
-    statuses = {
-        status: runs.filter(status=status).count()
-        for status in runs.order_by().values_list("status", flat=True).distinct()
-    }
+    statuses = dict(runs.order_by().values_list("status").annotate(n=Count("id")))
     completed = statuses.get(Status.COMPLETED, 0)
     result: dict[str, Any] = {
         "phase": what,
@@ -188,7 +183,7 @@ def phase(
                 "parent_records": Step.objects.filter(workflow_id=parent_id).count(),
                 "parent_recoveries": parent.recoveries,
                 # The first pass: from the parent's claim to the last child's insert.
-                "starting_s": seconds(span["first_created"], parent.started_at),
+                "starting_s": seconds(span["last_created"], parent.started_at),
                 # The wake-up and the last pass (which replays the N start records).
                 "last_child_to_parent_s": seconds(parent.completed_at, span["last_completed"]),
             }
@@ -246,11 +241,11 @@ def summarise(phases: list[dict[str, Any]]) -> dict[str, Any]:
             "last_child_to_parent_s": median([p["last_child_to_parent_s"] for p in fan]),
         }
     )
-    rounds = len(fan)
+    independent = [p for p in phases if p["phase"] == INDEPENDENT]
     ratios = [
-        fan[i]["to_done_s"] / indep["to_done_s"]
-        for i, indep in enumerate(p for p in phases if p["phase"] == INDEPENDENT)
-        if i < rounds and indep["to_done_s"]
+        f["to_done_s"] / i["to_done_s"]
+        for f, i in zip(fan, independent, strict=True)  # one of each per round
+        if f["to_done_s"] and i["to_done_s"]
     ]
     summary["ratio_fanout_to_independent"] = median(ratios)
     return summary

@@ -13,10 +13,10 @@ class EverystepBenchConfig(AppConfig):
     verbose_name = "everystep benchmarks"
 
     def ready(self) -> None:
-        from everystep_bench import fanout_workflows  # noqa: F401  (registers bench_fanout)
         path = os.environ.get("EVERYSTEP_BENCH_COUNT_FILE")
         if path:
             from everystep_bench import counting
 
             counting.install()
             counting.serve_snapshots(path)
+        from everystep_bench import fanout_workflows  # noqa: F401  (registers bench_fanout)

@@ -21,8 +21,9 @@ from everystep.times import aware
 
 
 def queue_stats() -> dict[str, Any]:
-    """Counts of pending (due), waiting (sleeping, waiting for an event, not started
-    yet), running and blocked runs, and how long the longest-due run has waited."""
+    """Counts of pending (due), waiting (sleeping, waiting for an event or for other
+    runs to end, not started yet), running and blocked runs, and how long the
+    longest-due run has waited."""
     now = timezone.now()
     rows = (
         Workflow.objects.filter(status__in=[Status.SCHEDULED, Status.RUNNING, Status.BLOCKED])
@@ -65,11 +66,16 @@ def unapplied_migrations() -> list[str]:
     return [f"{migration.app_label}.{migration.name}" for migration, _ in plan]
 
 
+# A run's JSON columns, left out of every listing: each can be megabytes.
+_PAYLOADS = ("args", "result", "error")
+
+
 def list_runs(
     *,
     status: str | None = None,
     name: str | None = None,
     runner: str | None = None,
+    parent: UUID | None = None,
     limit: int,
     created_after: datetime | None = None,
     created_before: datetime | None = None,
@@ -79,13 +85,14 @@ def list_runs(
 ) -> list[Workflow]:
     """The most recent runs, newest first, without their (possibly large) JSON payloads.
 
+    ``parent`` keeps the runs that run's body started (its children).
     ``created_after`` (inclusive) and ``created_before`` (exclusive) bound the creation
     time; ``search`` keeps the runs it finds (see ``search_parts``). Keyset paging:
     ``older_than`` gives the ``limit`` runs just below that id, ``newer_than`` the
     ``limit`` runs just above it (still newest first), so a page never shifts when new
     runs arrive meanwhile.
     """
-    runs = _filtered(status=status, name=name, runner=runner).defer("args", "result", "error")
+    runs = _filtered(status=status, name=name, runner=runner, parent=parent).defer(*_PAYLOADS)
     runs = runs.filter(**id_bounds(created_after, created_before, older_than, newer_than))
     upward = newer_than is not None and older_than is None
     parts = [runs] if search is None else search_parts(runs, search)
@@ -99,7 +106,11 @@ def list_runs(
 
 
 def _filtered(
-    *, status: str | None = None, name: str | None = None, runner: str | None = None
+    *,
+    status: str | None = None,
+    name: str | None = None,
+    runner: str | None = None,
+    parent: UUID | None = None,
 ) -> WorkflowQuerySet:
     runs: WorkflowQuerySet = Workflow.objects.all()
     if status is not None:
@@ -108,6 +119,9 @@ def _filtered(
         runs = runs.filter(name=name)
     if runner is not None:
         runs = runs.filter(claimed_by=runner)
+    if parent is not None:
+        # Served by the foreign key's index on parent_id.
+        runs = runs.filter(parent_id=parent)
     return runs
 
 
@@ -278,12 +292,14 @@ def status_counts(
     *,
     name: str | None = None,
     runner: str | None = None,
+    parent: UUID | None = None,
     created_after: datetime | None = None,
     created_before: datetime | None = None,
     cap: int = COUNT_CAP,
 ) -> dict[str, int]:
     """How many runs there are in each status (every status listed, zeros included); only
-    runs of workflow ``name``, held by ``runner``, created in the window, if given.
+    runs of workflow ``name``, held by ``runner``, started by run ``parent``, created in
+    the window, if given.
 
     Counting stops at ``cap + 1`` per status (a value above ``cap`` means "more than
     ``cap``"): each status is counted over at most that many entries of its index
@@ -291,8 +307,37 @@ def status_counts(
     workflow; ``claimed_by, status, name`` for a runner), so the runs page costs the same
     with a million finished runs as with a thousand.
     """
-    runs = _filtered(name=name, runner=runner).filter(**id_bounds(created_after, created_before))
-    return {
-        status: runs.filter(status=status).order_by().values("id")[: cap + 1].count()
-        for status in Status.values
-    }
+    runs = _filtered(name=name, runner=runner, parent=parent)
+    runs = runs.filter(**id_bounds(created_after, created_before))
+    return {status: _capped_count(runs.filter(status=status), cap) for status in Status.values}
+
+
+def _capped_count(runs: WorkflowQuerySet, cap: int | None) -> int:
+    # Counted over at most ``cap + 1`` index entries: a value above ``cap`` means "more".
+    if cap is None:
+        return runs.count()
+    return runs.order_by().values("id")[: cap + 1].count()
+
+
+@dataclass(frozen=True)
+class Family:
+    """A run's parent (None: it has none, or the parent is gone) and its first children
+    in the order they were started, without their JSON payloads, and how many children
+    it has (above the cap asked for: more than the cap)."""
+
+    parent: Workflow | None
+    children: list[Workflow]
+    child_count: int
+
+
+def run_family(run: Workflow, limit: int, cap: int | None = COUNT_CAP) -> Family:
+    """``run``'s parent and its first ``limit`` children; the children counted up to
+    ``cap + 1`` (None: exactly)."""
+    parent = None
+    if run.parent_id is not None:
+        parent = Workflow.objects.defer(*_PAYLOADS).filter(id=run.parent_id).first()
+    started = _filtered(parent=run.id)
+    children = list(started.defer(*_PAYLOADS).order_by("id")[:limit])
+    # Fewer than asked for: that is all of them, no second statement.
+    count = len(children) if len(children) < limit else _capped_count(started, cap)
+    return Family(parent, children, count)

@@ -124,3 +124,36 @@ def outside_starter(a: int) -> str:
 @step
 def _start_in_step(a: int) -> str:
     return str(start(child_sum, a, a).pk)
+
+
+@step
+def pause(seconds: float) -> None:
+    import time
+
+    _log("pause")
+    time.sleep(seconds)
+
+
+@workflow
+def parent_slow(count: int, seconds: float) -> list[int]:
+    """Starts ``count`` children with a pause after each start: a worker killed in a pause
+    has recorded some starts and not others."""
+    _log("pass")
+    children = []
+    for index in range(count):
+        children.append(start(child_sum, index, 1))
+        pause(seconds)
+    return gather(children)
+
+
+@workflow
+def child_pausing(index: int, seconds: float) -> int:
+    pause(seconds)
+    return index
+
+
+@workflow
+def parent_fanout(count: int, seconds: float) -> list[int]:
+    """``count`` children that each take ``seconds``, gathered."""
+    _log("pass")
+    return gather([start(child_pausing, index, seconds) for index in range(count)])
