@@ -49,7 +49,7 @@ def _marks() -> str:
     return f"{taken}, started_at = COALESCE(started_at, %s)"
 
 
-def _claim_statement(db: Vendor) -> str | None:
+def _claim_statement(db: Vendor) -> str:
     marks = _marks()
     if db.vendor == "postgresql":
         # The locking subquery must run exactly once. Inside `id IN (…)` the planner may
@@ -63,13 +63,11 @@ WITH due AS MATERIALIZED (
        SELECT id FROM {RUNS} WHERE {_DUE} LIMIT %s FOR UPDATE SKIP LOCKED)
 UPDATE {RUNS} SET {marks} FROM due WHERE {RUNS}.id = due.id
 {_RETURNING}"""
-    if db.vendor == "sqlite":
-        # SQLite holds its write lock for the whole statement: the subquery runs once.
-        return f"""
+    # SQLite holds its write lock for the whole statement: the subquery runs once.
+    return f"""
 UPDATE {RUNS} SET {marks}
  WHERE {SCHEDULED} AND id IN (SELECT id FROM {RUNS} WHERE {_DUE} LIMIT %s)
 {_RETURNING}"""
-    return None  # MariaDB/MySQL: no UPDATE … RETURNING
 
 
 def claim_due(runner: str, limit: int) -> list[Claim]:
@@ -79,9 +77,9 @@ def claim_due(runner: str, limit: int) -> list[Claim]:
         return []
     token = uuid.uuid4()
     db, conn = current()
-    statement = db.statement("claim", _claim_statement)
-    if statement is None:
+    if not db.returning:  # MariaDB/MySQL: no UPDATE … RETURNING
         return _claim_locking(runner, token, limit)
+    statement = db.statement("claim", _claim_statement)
     now = timezone.now()
     marks = db.mark_params(runner, token, now)
     due = db.param("due_at", now)
@@ -98,7 +96,6 @@ def next_due() -> datetime | None:
     long it may wait."""
     db, conn = current()
     statement = db.statement("next_due", _next_due_statement)
-    assert statement is not None
     rows = db.execute(conn, statement).fetchall()
     value = rows[0][0] if rows else None
     return None if value is None else from_row(value)

@@ -133,7 +133,6 @@ def _insert_statement(db: Vendor) -> str:
 def _insert(claim: Claim, values: dict[str, Any]) -> bool:
     db, conn = current()
     statement = db.statement("insert_step", _insert_statement)
-    assert statement is not None
     params = [db.param(column, values.get(column)) for column in _STEP_COLUMNS]
     cursor = db.execute(conn, statement, params + db.fence_params(claim))
     return bool(cursor.rowcount == 1)
@@ -152,7 +151,6 @@ def _settle(claim: Claim, step_id: str, values: dict[str, Any]) -> bool:
     the run; False if nothing was updated."""
     db, conn = current()
     statement = db.statement("settle_step", _settle_statement)
-    assert statement is not None
     params = [db.param(c, values.get(c)) for c in _SETTLED]
     params += [db.param("id", claim.run_id), step_id, *db.fence_params(claim)]
     cursor = db.execute(conn, statement, params)
@@ -179,10 +177,17 @@ def fenced_transaction(claim: Claim) -> Iterator[None]:
 
 def _finish_statement(db: Vendor) -> str:
     outcome = ", ".join(f"{c} = {db.placeholder(c)}" for c in _FINISH_COLUMNS)
-    # Whether anyone awaits the run comes back with the outcome where the database can
-    # say so in the same statement; MariaDB asks after it (``finish_run``).
-    returning = " RETURNING awaited" if db.returning else ""
-    return f"UPDATE {RUNS} SET {outcome} WHERE {fenced()}{returning}"
+    if db.returning:
+        # Whether anyone awaits the run comes back with the outcome.
+        return f"UPDATE {RUNS} SET {outcome} WHERE {fenced()} RETURNING awaited"
+    # MariaDB cannot return it: the outcome of a run nobody awaits (nearly every run)
+    # is written on that condition, and an awaited one's by ``_finish_awaited_statement``.
+    return f"UPDATE {RUNS} SET {outcome} WHERE {fenced()} AND awaited = FALSE"
+
+
+def _finish_awaited_statement(db: Vendor) -> str:
+    outcome = ", ".join(f"{c} = {db.placeholder(c)}" for c in _FINISH_COLUMNS)
+    return f"UPDATE {RUNS} SET {outcome} WHERE {fenced()}"
 
 
 @guarded
@@ -192,22 +197,24 @@ def finish_run(
     """Give the run its outcome in one statement, and wake whoever awaits it; False if
     this claim no longer holds it (nothing was written)."""
     db, conn = current()
-    statement = db.statement("finish", _finish_statement)
-    assert statement is not None
     fields = finish_fields(status, result, error, timezone.now())
     params = [db.param(column, value) for column, value in fields.items()]
-    cursor = db.execute(conn, statement, params + db.fence_params(claim))
+    params += db.fence_params(claim)
+    cursor = db.execute(conn, db.statement("finish", _finish_statement), params)
     if db.returning:
         rows = cursor.fetchall()
         if not rows:
             return False
         awaited = bool(rows[0][0])
+    elif cursor.rowcount == 1:
+        awaited = False
     else:
-        if cursor.rowcount != 1:
+        # Awaited, or no longer ours. A waiter that marks the run locks its row first, so
+        # the condition above saw its mark, committed, or waited for it (``awaits``).
+        statement = db.statement("finish_awaited", _finish_awaited_statement)
+        if db.execute(conn, statement, params).rowcount != 1:
             return False
-        # A separate read, after the outcome committed: a waiter that marked the run
-        # before the outcome's UPDATE had to wait for it, so this sees its mark.
-        awaited = Workflow.objects.filter(id=claim.run_id, awaited=True).exists()
+        awaited = True
     if awaited and status in FINAL_STATUSES:
         awaits.ended([claim.run_id])
     return True

@@ -75,18 +75,14 @@ class Vendor:
         self.share = {"postgresql": "FOR SHARE", "mysql": "LOCK IN SHARE MODE"}.get(vendor, "")
         # UPDATE … RETURNING: PostgreSQL and SQLite; not MariaDB or MySQL.
         self.returning = vendor in ("postgresql", "sqlite")
-        self._statements: dict[str, Statement | None] = {}
+        self._statements: dict[str, Statement] = {}
 
-    def statement(self, key: str, build: Callable[[Vendor], str | None]) -> Statement | None:
-        """The statement ``key``, built by ``build`` on first use (None: this database
-        has no such statement and the caller takes another way)."""
-        try:
-            return self._statements[key]
-        except KeyError:
-            sql = build(self)
-            made = None if sql is None else self.native(sql)
-            self._statements[key] = made
-            return made
+    def statement(self, key: str, build: Callable[[Vendor], str]) -> Statement:
+        """The statement ``key``, built by ``build`` on first use."""
+        made = self._statements.get(key)
+        if made is None:
+            made = self._statements[key] = self.native(build(self))
+        return made
 
     def native(self, sql: str) -> Statement:
         """``sql`` (Django's ``%s`` style) with its form for the driver's own cursor."""

@@ -1,5 +1,5 @@
-"""What the runs page is asked for: filters, the search box, the time window and the
-paging cursor, read from the query string once.
+"""What the runs page is asked for: filters (the parent run among them), the search box,
+the time window and the paging cursor, read from the query string once.
 
 Anything can be in a URL: what cannot be used becomes a notice on the page, never an
 error page. A filter no database could store (a NUL, a lone surrogate) matches no run.
@@ -25,6 +25,8 @@ FILTER_MAX_LENGTH = 255
 NOTICE_MAX_LENGTH = 500
 # The longest time a datetime-local or ISO 8601 field can sensibly hold.
 TIME_MAX_LENGTH = 40
+# The longest text a run id can be written as (a URN with braces is shorter).
+RUN_ID_MAX_LENGTH = 64
 
 
 @dataclass
@@ -34,6 +36,7 @@ class RunsQuery:
     status: str | None = None
     workflow: str | None = None
     runner: str | None = None
+    parent: UUID | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
     search: str | None = None
@@ -68,6 +71,7 @@ class RunsQuery:
         return {
             "name": self.workflow,
             "runner": self.runner,
+            "parent": self.parent,
             "created_after": self.created_after,
             "created_before": self.created_before,
         }
@@ -79,6 +83,7 @@ def read(request: HttpRequest, *, refresh: bool) -> RunsQuery:
     found.status = _status(request, found)
     found.workflow = _text(request, "workflow", "The workflow filter", found)
     found.runner = _text(request, "runner", "The runner filter", found)
+    found.parent = _parent(request, found)
     found.search = _text(request, "q", "The search", found)
     found.created_after = _moment(request, "created_after", found)
     found.created_before = _moment(request, "created_before", found)
@@ -154,14 +159,40 @@ def _moment(request: HttpRequest, param: str, found: RunsQuery) -> datetime | No
     return moment
 
 
+def _parent(request: HttpRequest, found: RunsQuery) -> UUID | None:
+    """The parent filter: a run id. Anything else matches no run, and says so (listing
+    every run instead would pass them off as its children)."""
+    text = request.GET.get("parent", "").strip()
+    if not text:
+        return None
+    parent = parse_run_id(text)
+    if parent is None:
+        shown = clipped(serde.printable(text))
+        found.notices.append(
+            f"The parent filter {shown!r} is not a run id (a UUID); no run matches it."
+        )
+        found.matchable = False
+        found.shown["parent"] = shown
+        return None
+    found.query["parent"] = found.shown["parent"] = str(parent)
+    return parent
+
+
 def _cursor(request: HttpRequest, param: str, found: RunsQuery) -> UUID | None:
     text = request.GET.get(param, "").strip()
     if not text:
         return None
-    try:
-        if len(text) > 64:
-            raise ValueError
-        return UUID(text)
-    except ValueError:
+    cursor = parse_run_id(text)
+    if cursor is None:
         found.notices.append(f"The paging position {clipped(serde.printable(text))!r} ignored.")
+    return cursor
+
+
+def parse_run_id(value: object) -> UUID | None:
+    """``value`` as a run id, or None if it is not text that writes one."""
+    if not isinstance(value, str) or len(value) > RUN_ID_MAX_LENGTH:
+        return None
+    try:
+        return UUID(value)
+    except ValueError:
         return None

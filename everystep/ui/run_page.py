@@ -23,8 +23,10 @@ from django.utils.safestring import SafeString, mark_safe
 from everystep.models import Status, Workflow
 from everystep.store.step_pages import StepOutline, StepRow, step_outlines, step_rows
 from everystep.ui.actions import uncertain_steps
+from everystep.ui.family import step_runs
 from everystep.ui.graph import build_graph, collapse
-from everystep.ui.timeline import build_timeline, format_duration
+from everystep.ui.run_table import run_hrefs
+from everystep.ui.timeline import build_timeline, format_duration, time_html
 
 STEPS_PER_PAGE = 100
 # The graph and timeline of a run stop at this many steps (a notice says so).
@@ -95,10 +97,11 @@ def steps_context(
     whole_graph = request.GET.get("graph") == "all"
     graph = build_graph(_linked(request, outlines, page), attrgetter("step.step_id"))
     shown = graph if whole_graph else collapse(graph, attrgetter("status"))
+    href = run_hrefs()
     return {
         "step_notices": notices,
         "uncertain_steps": uncertain_steps(outlines),
-        "steps": [_row(step, pretty, zone) for step in rows],
+        "steps": [_row(step, pretty, zone, href) for step in rows],
         "page": page,
         "graph": shown,
         "graph_collapsed": shown != graph,
@@ -180,22 +183,25 @@ def _href(request: HttpRequest, **changes: str) -> str:
 # rendering the row in the template (and then format_html's lazy escaping) took most of
 # the page's time (bench/README.md, the UI at scale). Every value goes through escape().
 STEP_ROW = (
-    '<tr id="step-{id}"><td><code>{id}</code></td><td>{name}</td>'
+    '<tr id="step-{id}"><td><code>{id}</code></td><td>{name}{runs}</td>'
     '<td><span class="es-badge es-{status}">{status}</span></td><td>{started}</td>'
     '<td>{finished}</td><td class="es-num">{duration}</td><td><details><summary>JSON'
     '<span class="es-sr"> of step {id}</span></summary><pre class="es-json">{detail}</pre>'
     "</details></td></tr>"
 )
-TIME = '<time datetime="{iso}">{text}</time>'
 
 
-def _row(step: StepRow, pretty: Callable[[Any], str], zone: tzinfo) -> SafeString:
+def _row(
+    step: StepRow, pretty: Callable[[Any], str], zone: tzinfo, href: Callable[[Any], str]
+) -> SafeString:
     took = step.finished_at - step.started_at if step.finished_at is not None else None
     detail = {"args": step.args, "kwargs": step.kwargs, "result": step.result}
     return mark_safe(
         STEP_ROW.format(
             id=escape(step.step_id),
             name=escape(step.name),
+            # Links to the runs a composition step names, escaped by format_html.
+            runs=step_runs(step.name, step.status, step.args, step.result, href),
             status=escape(step.status),
             started=time_html(step.started_at, zone),
             finished=time_html(step.finished_at, zone),
@@ -205,17 +211,6 @@ def _row(step: StepRow, pretty: Callable[[Any], str], zone: tzinfo) -> SafeStrin
             ),
         )
     )
-
-
-def time_html(value: datetime | None, zone: tzinfo) -> SafeString:
-    """``value`` as ``_time.html`` writes it ("" for None), formatted here: on pages of
-    hundreds of rows (every step of a run, a page of the runs list) the template's include
-    and date filter per cell were a third of the page's time or more."""
-    if value is None:
-        return mark_safe("")
-    # An ISO 8601 text holds digits and "-:.+T" only: nothing to escape.
-    iso = value.astimezone(zone).isoformat()
-    return mark_safe(TIME.format(iso=iso, text=f"{iso[:10]} {iso[11:19]}"))
 
 
 def _open_until(found: Workflow) -> datetime:

@@ -17,9 +17,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from everystep.models import Workflow
-from everystep.store.reports import run_wait
-from everystep.ui.run_page import time_html
-from everystep.ui.timeline import format_duration
+from everystep.store.reports import COUNT_CAP, run_wait
+from everystep.ui.timeline import format_duration, time_html
 
 # Any run id: the run page's URL is reversed once per page, with this id replaced.
 _ANY_ID = UUID(int=0)
@@ -53,3 +52,9 @@ def run_rows(runs: Iterable[Workflow]) -> list[dict[str, Any]]:
 def span(start: datetime | None, end: datetime | None) -> timedelta | None:
     """The time from ``start`` to ``end``, None unless both are known."""
     return end - start if start is not None and end is not None else None
+
+
+def count_label(count: int) -> str:
+    """A count stopped just above ``COUNT_CAP`` (see ``status_counts``): past the cap a
+    page says "10,000+", not a number it would take a scan of a whole table to know."""
+    return f"{COUNT_CAP:,}+" if count > COUNT_CAP else str(count)

@@ -14,7 +14,6 @@ import json
 import string
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -32,7 +31,9 @@ from everystep import conf, serde, store
 from everystep.models import Status, Workflow
 from everystep.store.reports import ID_PREFIX_MIN, run_wait
 from everystep.ui import actions, filters, run_page
+from everystep.ui.family import family_context
 from everystep.ui.filters import clipped as _clipped
+from everystep.ui.run_table import count_label, run_hrefs, run_rows, span
 from everystep.ui.timeline import format_duration
 
 # Runs per page of the runs list.
@@ -93,19 +94,11 @@ def _pretty(value: Any) -> str:
     )
 
 
-def _span(start: datetime | None, end: datetime | None) -> timedelta | None:
-    return end - start if start is not None and end is not None else None
-
-
-# Any run id: the run page's URL is reversed once per list page, with this id replaced.
-_HREF_ID = UUID(int=0)
-
-
 @ui_view
 def runs(request: HttpRequest) -> HttpResponse:
     """The most recent runs, newest first, a page at a time: filtered by status, workflow
-    name, runner and creation time, or searched by run id, id prefix or idempotency key.
-    A search that finds exactly one run opens it."""
+    name, runner, parent run and creation time, or searched by run id, id prefix or
+    idempotency key. A search that finds exactly one run opens it."""
     asked = filters.read(request, refresh=_refresh(request) is not None)
     found = store.list_runs(**asked.list_filters(), limit=RUNS_LIMIT + 1) if asked.matchable else []
     if asked.search is not None and not asked.paging and len(found) == 1:
@@ -119,22 +112,6 @@ def runs(request: HttpRequest) -> HttpResponse:
     page = _page(found, asked)
     if asked.search is not None and not found:
         asked.notices.append(_no_match(asked.search))
-    now, zone = timezone.now(), timezone.get_current_timezone()
-    # Formatted here, not per cell in the template: a page of 200 rows spent most of its
-    # time in includes, date filters and {% url %} (bench/README.md, the UI at scale).
-    href_head, href_tail = reverse("everystep:run", args=[_HREF_ID]).split(str(_HREF_ID))
-    rows = [
-        {
-            "run": run,
-            "href": f"{href_head}{run.id}{href_tail}",
-            "created": run_page.time_html(run.created_at, zone),
-            "started": run_page.time_html(run.started_at, zone),
-            "completed": run_page.time_html(run.completed_at, zone),
-            "duration": format_duration(_span(run.started_at, run.completed_at)),
-            "wait": run_wait(run, now),
-        }
-        for run in page.runs
-    ]
     context = {
         "nav": "runs",
         "notices": asked.notices,
@@ -142,7 +119,7 @@ def runs(request: HttpRequest) -> HttpResponse:
         "statuses": Status.values,
         "all_href": _runs_link(asked.query, status=None),
         "counts": [
-            (name, _count_label(count), _runs_link(asked.query, status=name))
+            (name, count_label(count), _runs_link(asked.query, status=name))
             for name, count in counts.items()
         ],
         "count_cap": f"{store.COUNT_CAP:,}",
@@ -150,7 +127,8 @@ def runs(request: HttpRequest) -> HttpResponse:
         "shown": asked.shown,
         "q": asked.shown.get("q", ""),
         "time_zone": timezone.get_current_timezone_name(),
-        "rows": rows,
+        "rows": run_rows(page.runs),
+        "parent": _parent_filter(asked),
         "page": page,
         "limit": RUNS_LIMIT,
         "paging": {
@@ -206,10 +184,16 @@ def _page(found: list[Workflow], asked: filters.RunsQuery) -> _Page:
     )
 
 
-def _count_label(count: int) -> str:
-    # Counting stops just above the cap: past it the page says "10,000+", not a number
-    # it would take a scan of the whole table to know.
-    return f"{store.COUNT_CAP:,}+" if count > store.COUNT_CAP else str(count)
+def _parent_filter(asked: filters.RunsQuery) -> dict[str, str] | None:
+    """The parent run the list is narrowed to: its id, its page, and the list without
+    that filter."""
+    if asked.parent is None:
+        return None
+    return {
+        "id": str(asked.parent),
+        "href": run_hrefs()(asked.parent),
+        "clear_href": _runs_link(asked.query, parent=None),
+    }
 
 
 def _no_match(search: str) -> str:
@@ -242,11 +226,12 @@ def run(request: HttpRequest, run_id: UUID) -> HttpResponse:
         "run": found,
         "wait": run_wait(found),
         "can": actions.allowed_actions(request, found),
-        "duration": format_duration(_span(found.started_at, found.completed_at)),
+        "duration": format_duration(span(found.started_at, found.completed_at)),
         "args_json": _pretty(found.args),
         "result_json": _pretty(found.result),
         "error_json": _pretty(found.error),
         "error": _headline(found.error),
+        **family_context(found),
         **steps,
     }
     return render(request, "everystep/run.html", context)

@@ -1,0 +1,68 @@
+"""A run among the runs around it, on its page: the run whose body started it (its
+parent) and the runs its own body started (its children, ``everystep.start``), and the
+runs a composition step names in the step table: the child an ``everystep.start``
+record started, the runs an ``everystep.result`` or ``everystep.gather`` record awaits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.http import QueryDict
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from everystep.engine.children import START
+from everystep.engine.results import GATHER, RESULT
+from everystep.models import StepStatus, Workflow
+from everystep.store.reports import run_family
+from everystep.ui.filters import parse_run_id
+from everystep.ui.run_table import count_label, run_rows
+
+# Children listed on a run's page, the first started first; the runs list, filtered by
+# parent, pages through all of them.
+CHILDREN_SHOWN = 50
+# Runs linked from one step's row; the step's JSON details list every one.
+LINKED_SHOWN = 10
+
+
+def family_context(found: Workflow) -> dict[str, Any]:
+    """The parent and the first children of run ``found``, for ``run.html``."""
+    family = run_family(found, CHILDREN_SHOWN)
+    query = QueryDict(mutable=True)
+    query["parent"] = str(found.id)
+    return {
+        "parent": family.parent,
+        "children": run_rows(family.children),
+        "child_count": count_label(family.child_count),
+        "children_cut": family.child_count > len(family.children),
+        "children_href": f"{reverse('everystep:runs')}?{query.urlencode()}",
+    }
+
+
+def step_runs(name: str, status: str, args: Any, result: Any, href: Callable[[Any], str]) -> str:
+    """The runs a composition step names, linked, for its row of the step table ("" for
+    any other step): the child of a start, the runs a result or gather awaits."""
+    if name == START:
+        child = result.get("run") if isinstance(result, dict) else None
+        return _links("child run", [child], href)
+    if name in (RESULT, GATHER) and isinstance(args, list):
+        # A wait records the ids it awaits as its arguments, whatever its outcome.
+        verb = "awaits" if status == StepStatus.STARTED else "awaited"
+        return _links(verb, args, href)
+    return ""
+
+
+def _links(label: str, values: list[Any], href: Callable[[Any], str]) -> SafeString | str:
+    # Stored JSON (a step settled by hand could hold anything): only run ids are linked.
+    shown = values[:LINKED_SHOWN]
+    ids = [run_id for value in shown if (run_id := parse_run_id(value)) is not None]
+    if not ids:
+        return ""
+    links = format_html_join(", ", '<a class="es-id" href="{}">{}</a>', ((href(i), i) for i in ids))
+    more = len(values) - LINKED_SHOWN
+    return format_html(
+        '<div class="es-runs">{} {}{}</div>', label, links, f" and {more} more" if more > 0 else ""
+    )
