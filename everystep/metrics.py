@@ -112,7 +112,9 @@ _QUEUE_GAUGES = (
     (
         "everystep_workflows_waiting",
         "waiting",
-        "Runs sleeping, waiting for an event, or scheduled to start later.",
+        # A parent awaiting its children (result, gather) is one of these too: it is
+        # scheduled and not due, like a run waiting for an event (store.waiting_count).
+        "Runs sleeping, waiting for an event or for other runs, or scheduled to start later.",
     ),
     ("everystep_workflows_running", "running", "Runs claimed by a worker."),
     (

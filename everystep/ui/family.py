@@ -12,7 +12,6 @@ from typing import Any
 from django.http import QueryDict
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
 
 from everystep.engine.children import START
 from everystep.engine.results import GATHER, RESULT
@@ -33,10 +32,12 @@ def family_context(found: Workflow) -> dict[str, Any]:
     family = run_family(found, CHILDREN_SHOWN)
     query = QueryDict(mutable=True)
     query["parent"] = str(found.id)
+    count = family.child_count
     return {
         "parent": family.parent,
         "children": run_rows(family.children),
-        "child_count": count_label(family.child_count),
+        "child_count": count_label(count),
+        "child_runs": f"{count_label(count)} child run{'' if count == 1 else 's'}",
         "children_cut": family.child_count > len(family.children),
         "children_href": f"{reverse('everystep:runs')}?{query.urlencode()}",
     }
@@ -55,7 +56,7 @@ def step_runs(name: str, status: str, args: Any, result: Any, href: Callable[[An
     return ""
 
 
-def _links(label: str, values: list[Any], href: Callable[[Any], str]) -> SafeString | str:
+def _links(label: str, values: list[Any], href: Callable[[Any], str]) -> str:
     # Stored JSON (a step settled by hand could hold anything): only run ids are linked.
     shown = values[:LINKED_SHOWN]
     ids = [run_id for value in shown if (run_id := parse_run_id(value)) is not None]

@@ -3,17 +3,22 @@ process by ``run_due``, which claims like a worker: one run at a time, only due 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import threading
 import time
+from io import StringIO
+from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.db import connection, transaction
 
 import everystep
 from everystep import schedule, store
 from everystep.errors import EverystepError, RunCancelled, RunStopped, WaitTimeout
 from everystep.models import RunWait, Step, Workflow
-from everystep.testing import crash_at, run_due
+from everystep.testing import crash_at, deployed, run_due
 from tests.testapp import composition as cw
 from tests.testapp.models import Execution
 
@@ -274,3 +279,52 @@ def test_sweep_wakes_a_waiter_whose_childs_end_did_not():
     assert store.sweep() == 1
     run_due()
     assert fresh(parent).result == "value 'late'"
+
+
+def _checked() -> dict:
+    """The replay check's JSON report."""
+    out = StringIO()
+    with contextlib.suppress(SystemExit):  # it exits 1 when a run fails the check
+        call_command("everystep_check_replay", "--json", stdout=out)
+    return json.loads(out.getvalue())
+
+
+def _failures(report: dict) -> list[dict]:
+    return [failure for entry in report["workflows"] for failure in entry["failing"]]
+
+
+def _quiet_parent_starting_another_child(event: str) -> Any:
+    return everystep.result(everystep.start(cw.child_fails, event))
+
+
+def _quiet_parent_sleeping_first(event: str) -> Any:
+    child = everystep.start(cw.child_waits, event)
+    everystep.sleep(1)
+    return everystep.result(child)
+
+
+def test_the_replay_check_replays_child_starts_and_result_waits():
+    parent = schedule(cw.quiet_parent, "go")
+    run_due()
+    before = list(Step.objects.values_list("step_id", "status").order_by("step_id"))
+    report = _checked()
+    assert report["ok"] and report["checked"] == 2, report
+    assert list(Step.objects.values_list("step_id", "status").order_by("step_id")) == before
+    assert len(children(parent)) == 1, "the check started no child"
+
+
+@pytest.mark.parametrize(
+    "new_body, recorded",
+    [
+        (_quiet_parent_starting_another_child, "start(tests.testapp.composition.child_waits)"),
+        (_quiet_parent_sleeping_first, "everystep.result"),
+    ],
+)
+def test_the_replay_check_finds_a_changed_child_start_or_wait(new_body, recorded):
+    parent = schedule(cw.quiet_parent, "go")
+    run_due()
+    with deployed(cw.quiet_parent, new_body):
+        report = _checked()
+    (failure,) = _failures(report)
+    assert failure["run_id"] == str(parent.id)
+    assert recorded in json.dumps(failure)

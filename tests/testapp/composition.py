@@ -157,3 +157,10 @@ def parent_fanout(count: int, seconds: float) -> list[int]:
     """``count`` children that each take ``seconds``, gathered."""
     _log("pass")
     return gather([start(child_pausing, index, seconds) for index in range(count)])
+
+
+@workflow
+def quiet_parent(event: str) -> Any:
+    """Starts a child that waits for ``event`` and waits for it; writes nothing between
+    records, as the replay check requires of a body."""
+    return result(start(child_waits, event))

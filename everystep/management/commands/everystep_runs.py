@@ -5,12 +5,20 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from django.core.management.base import CommandError, CommandParser
 
 from everystep import store
 from everystep.management.commands._base import EverystepCommand
-from everystep.management.options import checked_count, checked_text, shown, wait_json, wait_text
+from everystep.management.options import (
+    checked_count,
+    checked_run_id,
+    checked_text,
+    shown,
+    wait_json,
+    wait_text,
+)
 from everystep.models import Status, Workflow
 from everystep.store.reports import run_wait
 
@@ -22,13 +30,17 @@ class Command(EverystepCommand):
     help = (
         "List the most recent runs, newest first: id, status, workflow, runner, created and "
         "completed times, and for runs that are not due yet what they wait for (a last "
-        "column, present when one does). --json prints one JSON object per line."
+        "column, present when one does). --parent lists the runs one run's body started. "
+        "--json prints one JSON object per line."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--status", help=f"only runs in this status ({', '.join(Status)})")
         parser.add_argument("--name", metavar="WORKFLOW_NAME", help="only runs of this workflow")
         parser.add_argument("--runner", metavar="NAME", help="only runs claimed by this runner")
+        parser.add_argument(
+            "--parent", metavar="RUN_ID", help="only the child runs this run's body started"
+        )
         parser.add_argument(
             "--limit", type=int, default=50, metavar="N", help="at most N runs (default 50)"
         )
@@ -42,6 +54,7 @@ class Command(EverystepCommand):
             status=status,
             name=checked_text(options["name"], "--name"),
             runner=checked_text(options["runner"], "--runner"),
+            parent=_parent(options["parent"]),
             limit=checked_count(options["limit"], "--limit", MAX_LIMIT),
         )
         if options["json"]:
@@ -68,9 +81,13 @@ class Command(EverystepCommand):
             self.stdout.write("  ".join(cells).rstrip())
 
 
+def _parent(value: str | None) -> UUID | None:
+    return None if value is None else UUID(checked_run_id(value))
+
+
 def run_summary(run: Workflow) -> dict[str, Any]:
-    """The listing's fields of a run, as JSON-ready values; ``wait`` only for a run that
-    is not due yet."""
+    """The listing's fields of a run, as JSON-ready values; ``parent`` only for a child
+    run, ``wait`` only for a run that is not due yet."""
     summary = {
         "id": str(run.id),
         "status": run.status,
@@ -79,6 +96,8 @@ def run_summary(run: Workflow) -> dict[str, Any]:
         "created_at": _iso(run.created_at),
         "completed_at": _iso(run.completed_at),
     }
+    if run.parent_id is not None:
+        summary["parent"] = str(run.parent_id)
     wait = wait_json(run_wait(run))
     return summary if wait is None else summary | {"wait": wait}
 

@@ -1,4 +1,5 @@
-"""``manage.py everystep_show RUN_ID``: one run, its outcome and its steps."""
+"""``manage.py everystep_show RUN_ID``: one run, its outcome, its parent and children,
+and its steps."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from everystep import serde, store
 from everystep.management.commands._base import EverystepCommand
 from everystep.management.options import checked_run_id, wait_json, wait_text
 from everystep.models import Status, Step, Workflow
-from everystep.store.reports import run_wait
+from everystep.store.reports import Family, run_family, run_wait
 
 # Step results and errors are summarised to one line of about this many characters; the
 # full values are in --json.
@@ -20,13 +21,17 @@ SUMMARY = 80
 # The run's own arguments, result and error get more room, but a multi-megabyte value
 # still prints as one readable line.
 VALUE_SUMMARY = 2000
+# Child runs listed, the first started first; ``everystep_runs --parent`` lists them all.
+CHILDREN_SHOWN = 20
 
 
 class Command(EverystepCommand):
     help = (
         "Show one run: arguments, status (and what it waits for, if it is not due yet), "
-        "result or error, timestamps, runner, and its steps in the order they started. "
-        "--json prints everything, unabridged."
+        "result or error, timestamps, runner, the run that started it (its parent) and the "
+        f"runs it started (its children: how many, and the first {CHILDREN_SHOWN}), and its "
+        "steps in the order they started. --json prints all that, unabridged but for "
+        "the children (their count and the first ones)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -39,18 +44,21 @@ class Command(EverystepCommand):
         if run is None:
             raise CommandError(f"no run with id {run_id}")
         steps = store.run_steps(run.id)
+        # Counted exactly: one run's children, counted once, for a human who asked.
+        family = run_family(run, CHILDREN_SHOWN, cap=None)
         if options["json"]:
-            self.stdout.write(json.dumps(run_detail(run, steps), indent=2))
+            self.stdout.write(json.dumps(run_detail(run, steps, family), indent=2))
         else:
-            self._text(run, steps)
+            self._text(run, steps, family)
 
-    def _text(self, run: Workflow, steps: list[Step]) -> None:
+    def _text(self, run: Workflow, steps: list[Step], family: Family) -> None:
         wait = run_wait(run)
         fields = [
             ("run", str(run.id)),
             ("workflow", run.name),
             ("status", run.status),
             *([("wait", wait_text(wait, _when))] if wait is not None else []),
+            *([("parent", _parent_text(family.parent))] if family.parent is not None else []),
             ("args", _cut(_json(run.args))),
             ("claimed_by", run.claimed_by or "-"),
             ("created_at", _when(run.created_at)),
@@ -63,17 +71,31 @@ class Command(EverystepCommand):
             fields.append(("result", _cut(_json(run.result))))
         for label, value in fields:
             self.stdout.write(f"{label:<13} {value}")
+        if family.child_count:
+            self._children(run, family)
         self.stdout.write(f"steps ({len(steps)}):")
-        rows = [_step_cells(step) for step in steps]
-        # Every column but the last (the outcome) is padded, so the steps read as a table.
-        widths = [max(len(row[col]) for row in rows) for col in range(6)] if rows else []
+        self._table([_step_cells(step) for step in steps])
+
+    def _children(self, run: Workflow, family: Family) -> None:
+        self.stdout.write(f"children ({family.child_count}):")
+        self._table([[str(child.id), child.status, child.name] for child in family.children])
+        more = family.child_count - len(family.children)
+        if more:
+            self.stdout.write(f"  … {more} more: manage.py everystep_runs --parent {run.id}")
+
+    def _table(self, rows: list[list[str]]) -> None:
+        """Indented rows, every column but the last padded, so they read as a table."""
+        if not rows:
+            return
+        widths = [max(len(row[col]) for row in rows) for col in range(len(rows[0]) - 1)]
         for row in rows:
             padded = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
             self.stdout.write("  " + "  ".join([*padded, row[-1]]))
 
 
-def run_detail(run: Workflow, steps: list[Step]) -> dict[str, Any]:
-    """Everything recorded about a run, as JSON-ready values."""
+def run_detail(run: Workflow, steps: list[Step], family: Family) -> dict[str, Any]:
+    """Everything recorded about a run, as JSON-ready values, with its parent and (the
+    first of) its children."""
     return {
         "id": str(run.id),
         "name": run.name,
@@ -89,8 +111,19 @@ def run_detail(run: Workflow, steps: list[Step]) -> dict[str, Any]:
         "due_at": _iso(run.due_at),
         "waiting_for": run.waiting_for,
         "wait": wait_json(run_wait(run)),
+        "parent": None if family.parent is None else _brief(family.parent),
+        "children_count": family.child_count,
+        "children": [_brief(child) for child in family.children],
         "steps": [_step_detail(step) for step in steps],
     }
+
+
+def _brief(run: Workflow) -> dict[str, Any]:
+    return {"id": str(run.id), "name": run.name, "status": run.status}
+
+
+def _parent_text(parent: Workflow) -> str:
+    return f"{parent.id} {parent.name} ({parent.status})"
 
 
 def _step_detail(step: Step) -> dict[str, Any]:
