@@ -58,3 +58,12 @@ def test_decision_ignores_stored_result_content() -> None:
     """A done record with a None/falsy result is still served, not executed again."""
     falsy = RecordedStep(step_id="1", name=NAME, status="done", result=None)
     assert decide(falsy, NAME) is Decision.SERVE_RESULT
+
+
+def test_a_started_wait_is_pending_not_uncertain() -> None:
+    """For a wait (``waits=True``) a ``started`` record is a wait in progress."""
+    assert decide(record("started"), NAME, waits=True) is Decision.PENDING
+    assert decide(record("done"), NAME, waits=True) is Decision.SERVE_RESULT
+    assert decide(record("failed"), NAME, waits=True) is Decision.RAISE_ERROR
+    assert decide(None, NAME, waits=True) is Decision.EXECUTE
+    assert decide(record("started", name=OTHER), NAME, waits=True) is Decision.CODE_CHANGED
