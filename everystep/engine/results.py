@@ -133,11 +133,6 @@ def _outcomes(ids: list[uuid.UUID], what: str) -> list[dict[str, Any]] | None:
     ]
 
 
-def _pending(ids: list[uuid.UUID]) -> frozenset[uuid.UUID]:
-    found = store.outcomes(ids)
-    return frozenset(run for run in ids if found.get(run, ("",))[0] not in FINAL_STATUSES)
-
-
 def _durable(
     op: Operation, ids: list[uuid.UUID], limit: timedelta | None, what: str
 ) -> list[dict[str, Any]]:
@@ -153,7 +148,9 @@ def _durable(
             raise _time_out(op, wanted, None, what)
         waiting = {"runs": wanted, "deadline": serde.encode(deadline)}
         run.record(op.step_id, op.name, StepStatus.STARTED, args=wanted, result=waiting)
-        raise Suspended(deadline, runs=_pending(ids))
+        # Every run, not those still running now: one may end before the run is released,
+        # and releasing decides which to wait for under their locks (``store.awaits``).
+        raise Suspended(deadline, runs=frozenset(ids))
     assert op.recorded is not None
     if op.decision is Decision.RAISE_ERROR:
         served(op)  # raises the recorded timeout
@@ -174,7 +171,7 @@ def _durable(
     if deadline is not None and deadline <= now:
         woken(run, op.step_id, now, deadline)
         raise _time_out(op, wanted, deadline, what)
-    raise Suspended(deadline, runs=_pending(ids))
+    raise Suspended(deadline, runs=frozenset(ids))
 
 
 def _time_out(op: Operation, wanted: list[str], deadline: Any, what: str) -> WaitTimeout:

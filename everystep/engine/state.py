@@ -148,11 +148,14 @@ class RunState:
         started_at: Any = None,
         after_started: bool = False,
         child: store.Child | None = None,
+        crash_point: str | None = "after_record",
     ) -> RecordedStep:
         """Record an operation at ``step_id`` (fenced by the claim), then make it known:
         every record of every kind goes through here. ``after_started``: this outcome
         replaces the operation's own ``started`` record (an unsafe step's). ``child``: a
-        child run to insert with the record, whose id becomes its result."""
+        child run to insert with the record, whose id becomes its result. ``crash_point``:
+        where a test's simulated crash may strike once the record is in (None after an
+        unsafe step's ``started`` record: the step's own ``before_body`` follows it)."""
         self.writing(step_id)
         began = time.monotonic() if began is None else began
         result = store.record_step(
@@ -169,7 +172,8 @@ class RunState:
             child=child,
         )
         self._announce(RecordedStep(step_id, name, status, result, error), began)
-        maybe_crash(step_id, name, "after_record")
+        if crash_point is not None:
+            maybe_crash(step_id, name, crash_point)
         return self.records[step_id]
 
     def settle(

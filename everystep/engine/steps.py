@@ -66,7 +66,7 @@ def _execute(
     }
     if defn.unsafe_to_repeat:
         # Committed before the body runs: a crash inside it leaves evidence on replay.
-        run.record(status=StepStatus.STARTED, **record)
+        run.record(status=StepStatus.STARTED, crash_point=None, **record)
     maybe_crash(step_id, defn.name, "before_body")
     # An atomic step's body and its record share one transaction, fenced by the claim:
     # its database writes commit with the record or not at all. The transaction is left

@@ -330,14 +330,20 @@ class Family:
     child_count: int
 
 
-def run_family(run: Workflow, limit: int, cap: int | None = COUNT_CAP) -> Family:
+def run_family(
+    run: Workflow, limit: int, cap: int | None = COUNT_CAP, *, children: bool = True
+) -> Family:
     """``run``'s parent and its first ``limit`` children; the children counted up to
-    ``cap + 1`` (None: exactly)."""
+    ``cap + 1`` (None: exactly). ``children=False``: the caller knows there are none
+    (the run recorded no start), and nothing is read for them. No statement at all for
+    a run with neither."""
     parent = None
     if run.parent_id is not None:
         parent = Workflow.objects.defer(*_PAYLOADS).filter(id=run.parent_id).first()
+    if not children:
+        return Family(parent, [], 0)
     started = _filtered(parent=run.id)
-    children = list(started.defer(*_PAYLOADS).order_by("id")[:limit])
+    first = list(started.defer(*_PAYLOADS).order_by("id")[:limit])
     # Fewer than asked for: that is all of them, no second statement.
-    count = len(children) if len(children) < limit else _capped_count(started, cap)
-    return Family(parent, children, count)
+    count = len(first) if len(first) < limit else _capped_count(started, cap)
+    return Family(parent, first, count)

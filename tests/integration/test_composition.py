@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
+from django.utils import timezone
 
 import everystep
 from everystep import schedule, store
@@ -328,3 +329,18 @@ def test_the_replay_check_finds_a_changed_child_start_or_wait(new_body, recorded
     (failure,) = _failures(report)
     assert failure["run_id"] == str(parent.id)
     assert recorded in json.dumps(failure)
+
+
+def test_a_run_released_to_wait_for_runs_that_all_ended_meanwhile_is_due_at_once():
+    """The body saw a run still going; it ended before the release: the release finds it
+    ended under its lock and leaves the waiter due, not asleep with nothing to wake it."""
+    ended = schedule(cw.child_sum, 1, 1)
+    run_due()
+    waiter = schedule(cw.child_waits, "x")
+    (claim,) = store.claim_due("by-hand", 1)
+    assert claim.run_id == waiter.id
+    assert store.suspend_run(claim, None, frozenset(), frozenset({ended.id}))
+    released = fresh(waiter)
+    assert released.status == "scheduled"
+    assert released.due_at is not None and released.due_at <= timezone.now()
+    assert not RunWait.objects.filter(waiter_id=waiter.id).exists()
