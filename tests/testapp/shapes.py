@@ -39,6 +39,8 @@ WORKFLOW = "everystep-tests-shape"
 # that changes values, since the live pass and a replay would then see the same change.
 RESULTS: dict[str, Any] = {}
 BODY_RUNS: Counter[tuple[str, str]] = Counter()
+# The (run id, step id) of every atomic step whose body ran.
+ATOMIC_IDS: set[tuple[str, str]] = set()
 _lock = threading.Lock()
 
 
@@ -87,7 +89,9 @@ def atomic_step(label: str, value: Any) -> Any:
     often a crash made the body run."""
     _count()
     ctx = current()
-    assert ctx is not None
+    assert ctx is not None and ctx.step_id is not None
+    with _lock:
+        ATOMIC_IDS.add((str(ctx.workflow_id), ctx.step_id))
     Execution.objects.create(
         run_id=ctx.workflow_id, step=label, pid=os.getpid(), started_at=timezone.now()
     )
