@@ -6,7 +6,7 @@ record started, the runs an ``everystep.result`` or ``everystep.gather`` record 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.http import QueryDict
@@ -17,6 +17,7 @@ from everystep.engine.children import START
 from everystep.engine.results import GATHER, RESULT
 from everystep.models import StepStatus, Workflow
 from everystep.store.reports import run_family
+from everystep.store.step_pages import StepOutline
 from everystep.ui.filters import parse_run_id
 from everystep.ui.run_table import count_label, run_rows
 
@@ -27,9 +28,10 @@ CHILDREN_SHOWN = 50
 LINKED_SHOWN = 10
 
 
-def family_context(found: Workflow) -> dict[str, Any]:
-    """The parent and the first children of run ``found``, for ``run.html``."""
-    family = run_family(found, CHILDREN_SHOWN)
+def family_context(found: Workflow, with_children: bool) -> dict[str, Any]:
+    """The parent and the first children of run ``found``, for ``run.html``;
+    ``with_children``: it may have children (see ``started_children``)."""
+    family = run_family(found, CHILDREN_SHOWN, children=with_children)
     query = QueryDict(mutable=True)
     query["parent"] = str(found.id)
     count = family.child_count
@@ -38,9 +40,16 @@ def family_context(found: Workflow) -> dict[str, Any]:
         "children": run_rows(family.children),
         "child_count": count_label(count),
         "child_runs": f"{count_label(count)} child run{'' if count == 1 else 's'}",
-        "children_cut": family.child_count > len(family.children),
+        "children_cut": count > len(family.children),
         "children_href": f"{reverse('everystep:runs')}?{query.urlencode()}",
     }
+
+
+def started_children(steps: Iterable[StepOutline], cut: bool) -> bool:
+    """Whether a run whose steps are ``steps`` (the first ones only, if ``cut``) may
+    have children: a body starts a child only through a recorded ``everystep.start``, so
+    the run page of a run that never did reads nothing more for them."""
+    return cut or any(step.name == START for step in steps)
 
 
 def step_runs(name: str, status: str, args: Any, result: Any, href: Callable[[Any], str]) -> str:

@@ -23,7 +23,7 @@ from django.utils.safestring import SafeString, mark_safe
 from everystep.models import Status, Workflow
 from everystep.store.step_pages import StepOutline, StepRow, step_outlines, step_rows
 from everystep.ui.actions import uncertain_steps
-from everystep.ui.family import step_runs
+from everystep.ui.family import started_children, step_runs
 from everystep.ui.graph import build_graph, collapse
 from everystep.ui.run_table import run_hrefs
 from everystep.ui.timeline import build_timeline, format_duration, time_html
@@ -100,6 +100,7 @@ def steps_context(
     href = run_hrefs()
     return {
         "step_notices": notices,
+        "started_children": started_children(outlines, cut=len(outlines) >= STEPS_MAX),
         "uncertain_steps": uncertain_steps(outlines),
         "steps": [_row(step, pretty, zone, href) for step in rows],
         "page": page,

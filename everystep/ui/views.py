@@ -209,12 +209,15 @@ def _no_match(search: str) -> str:
 
 @ui_view
 def run(request: HttpRequest, run_id: UUID) -> HttpResponse:
-    """One run: arguments, outcome, steps, their fork/sequence graph and timeline."""
+    """One run: arguments, outcome, parent and children, steps, their fork/sequence graph
+    and timeline."""
     found = store.get_run(run_id)
     if found is None:
         raise Http404(f"no run with id {run_id}")
     # The steps, paged and collapsed for runs of thousands of steps (ui.run_page).
     steps = run_page.steps_context(request, found, _pretty)
+    # Its parent and children: read only for a run that has them (ui.family).
+    family = family_context(found, steps.pop("started_children"))
     # ``error`` comes from an action's redirect, but anyone can put anything in a URL.
     notices = [f"Error: {_clipped(request.GET['error'])}"] if request.GET.get("error") else []
     if request.GET.get("done") in actions.DONE:
@@ -231,7 +234,7 @@ def run(request: HttpRequest, run_id: UUID) -> HttpResponse:
         "result_json": _pretty(found.result),
         "error_json": _pretty(found.error),
         "error": _headline(found.error),
-        **family_context(found),
+        **family,
         **steps,
     }
     return render(request, "everystep/run.html", context)
