@@ -28,6 +28,11 @@ long the first pass took to start the N children, and the time from the last chi
 end to the parent's (its wake-up and its last pass, which replays N start records).
 The summary gives medians and the ratio fan-out / independent. Appends one JSON line
 (``"kind": "fanout"``) to ``bench/results.jsonl``.
+
+A parent still waiting ``STALL_S`` seconds after every child ended, with no due time and
+no ``RunWait`` row (nothing left that could wake it), is a lost wake-up, not a slow
+machine: the script then stops with exit status 2, the parent's row and its passes
+(worker logs kept), instead of timing out.
 """
 
 from __future__ import annotations
@@ -46,6 +51,15 @@ import harness
 
 FANOUT, INDEPENDENT = "fan-out", "independent"
 WAIT_EVERY = 0.05  # how often the benchmark looks at the rows while a phase runs
+# A parent that waits with every child ended and nothing left to wake it, for this long
+# (above the heartbeat's 5 s sweep of waiters left asleep), is stuck, not slow.
+STALL_S = 15.0
+
+
+class ParentStalled(Exception):
+    """The parent waits although every child has ended, with no ``RunWait`` row left and
+    no due time: nothing will ever wake it (a lost wake-up in the library, not a slow
+    machine), so the phase is not measured again."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -94,6 +108,23 @@ def start_fleet(
     return fleet
 
 
+def stalled(parent_id: uuid.UUID, children: int) -> str | None:
+    """What the parent's row looks like, if it waits with every child ended and nothing
+    to wake it (no due time, no ``RunWait`` row for the sweep to find); else None."""
+    from everystep.models import FINAL_STATUSES, RunWait, Status, Workflow
+
+    parent = Workflow.objects.filter(id=parent_id).values().first()
+    if parent is None or parent["status"] != Status.SCHEDULED or parent["due_at"] is not None:
+        return None
+    kids = Workflow.objects.filter(parent_id=parent_id)
+    if kids.count() < children or kids.exclude(status__in=FINAL_STATUSES).exists():
+        return None
+    if RunWait.objects.filter(waiter_id=parent_id).exists():
+        return None
+    shown = ("status", "due_at", "waiting_for", "claimed_by", "started_at", "updated_at")
+    return ", ".join(f"{key}={parent[key]}" for key in shown)
+
+
 def phase(
     args: argparse.Namespace, workers: harness.Workers, scratch: Path, what: str, name: str
 ) -> dict[str, Any]:
@@ -114,9 +145,24 @@ def phase(
     meter = harness.CpuMeter(args.db)
     meter.begin()
 
+    parent_id: uuid.UUID | None = None
+    looked, stuck_since = 0.0, None
+
     def alive() -> None:
+        nonlocal looked, stuck_since
         for worker in fleet:
             worker.check_alive()
+        if parent_id is None or time.monotonic() - looked < 1.0:
+            return
+        looked = time.monotonic()
+        state = stalled(parent_id, args.children)
+        stuck_since = None if state is None else stuck_since or looked
+        if state is not None and stuck_since is not None and looked - stuck_since > STALL_S:
+            raise ParentStalled(
+                f"parent run {parent_id} still waits {looked - stuck_since:.0f}s after every "
+                f"child ended, with nothing left to wake it ({state}); passes: "
+                f"{passes_file.read_text().splitlines() if passes_file.exists() else []}"
+            )
 
     timeout = max(600.0, args.children / 5)
     scheduled = time.time()
@@ -127,7 +173,6 @@ def phase(
         harness.wait_for(ended.exists, timeout, WAIT_EVERY, alive)
         runs = Workflow.objects.filter(parent_id=parent_id)
     else:
-        parent_id = None
         since = harness.id_floor(scheduled)
         harness.schedule_runs(bench_three, args.children)
         harness.wait_for(lambda: harness.pending_runs() == 0, timeout, WAIT_EVERY, alive)
@@ -302,7 +347,13 @@ def print_summary(record: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    return harness.run_benchmark("fanout", args, lambda run: benchmark(args, run), print_summary)
+    try:
+        return harness.run_benchmark(
+            "fanout", args, lambda run: benchmark(args, run), print_summary
+        )
+    except ParentStalled as exc:
+        print(f"fanout.py: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
