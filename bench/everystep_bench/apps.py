@@ -19,4 +19,8 @@ class EverystepBenchConfig(AppConfig):
 
             counting.install()
             counting.serve_snapshots(path)
-        from everystep_bench import fanout_workflows  # noqa: F401  (registers bench_fanout)
+        import everystep
+
+        # A tree from before composition (``compare.py --source``) has no start/gather.
+        if hasattr(everystep, "gather"):
+            from everystep_bench import fanout_workflows  # noqa: F401  (registers bench_fanout)

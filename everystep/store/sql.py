@@ -66,7 +66,7 @@ class Vendor:
             **dict.fromkeys(JSON_COLUMNS, json.dumps),
             **dict.fromkeys(("id", "claim_token", "parent_id"), uuid_form),
             **dict.fromkeys(
-                ("started_at", "finished_at", "updated_at", "completed_at", "due_at"),
+                ("started_at", "finished_at", "created_at", "updated_at", "completed_at", "due_at"),
                 _datetime_form(conn),
             ),
         }
