@@ -76,15 +76,7 @@ def add_phase_arguments(
     )
     parser.add_argument("--raw-batch", type=int, default=1, help="runs per raw claim (1)")
     parser.add_argument("--profile-rate", type=int, default=250, help="py-spy samples/s (250)")
-    parser.add_argument(
-        "--wait-quiet",
-        type=float,
-        default=60,
-        help="before each phase, wait up to this many seconds for the rest of the machine "
-        "to use < 0.25 CPU (60; 0 = do not wait)",
-    )
-    parser.add_argument("--log-level", default="INFO", help="worker log level (INFO)")
-    parser.add_argument("--keep-logs", action="store_true", help="keep worker logs")
+    harness.add_worker_phase_arguments(parser)
 
 
 def check_phase_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

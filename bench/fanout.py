@@ -70,15 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pool", type=int, default=8, help="worker --pool (8)")
     parser.add_argument("--poll", type=float, default=0.05, help="worker --poll (0.05)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds (1)")
-    parser.add_argument(
-        "--wait-quiet",
-        type=float,
-        default=60,
-        help="before each phase, wait up to this many seconds for the rest of the machine "
-        "to use < 0.25 CPU (60; 0 = do not wait)",
-    )
-    parser.add_argument("--log-level", default="INFO", help="worker log level (INFO)")
-    parser.add_argument("--keep-logs", action="store_true", help="keep worker logs")
+    harness.add_worker_phase_arguments(parser)
     args = parser.parse_args(argv)
     if min(args.children, args.workers, args.pool, args.repeat) < 1:
         parser.error("--children, --workers, --pool and --repeat must be at least 1")

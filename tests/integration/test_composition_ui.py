@@ -17,6 +17,7 @@ from everystep import metrics, schedule, send, store
 from everystep.models import Status, Step, Workflow
 from everystep.testing import run_due
 from everystep.ui import family
+from tests.integration.test_ui import page, run_url
 from tests.testapp import composition_workflows as cw
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,16 +30,6 @@ def staff(client: Any, django_user_model: Any) -> Any:
     user = django_user_model.objects.create_user("staff", password="pw", is_staff=True)
     client.force_login(user)
     return client
-
-
-def page(client: Any, url: str, **params: str) -> str:
-    response = client.get(url, params)
-    assert response.status_code == 200, response.status_code
-    return response.content.decode()
-
-
-def run_url(run_id: Any) -> str:
-    return reverse("everystep:run", args=[run_id])
 
 
 def linked_runs(html: str) -> list[str]:

@@ -4,30 +4,16 @@ step, so it runs again on each replay): tests count the passes a parent took."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
-
-from django.utils import timezone
 
 from everystep import Terminal, gather, parallel, result, start, step, wait_for, workflow
 from everystep.errors import RunCancelled, RunStopped, WaitTimeout
-
-
-def _log(run_label: str) -> None:
-    from everystep.context import current
-    from tests.testapp.models import Execution
-
-    ctx = current()
-    assert ctx is not None
-    now = timezone.now()
-    Execution.objects.create(
-        run_id=ctx.workflow_id, step=run_label, pid=os.getpid(), started_at=now, finished_at=now
-    )
+from tests.testapp.wait_workflows import executed
 
 
 @step
 def add(a: int, b: int) -> int:
-    _log("add")
+    executed("add")
     return a + b
 
 
@@ -54,7 +40,7 @@ def child_waits(event: str) -> Any:
 
 @workflow
 def parent_one(a: int) -> int:
-    _log("pass")
+    executed("pass")
     child = start(child_sum, a, 1)
     total = result(child)
     return add(total, 100)
@@ -62,7 +48,7 @@ def parent_one(a: int) -> int:
 
 @workflow
 def parent_many(count: int) -> list[int]:
-    _log("pass")
+    executed("pass")
     children = [start(child_sum, i, i) for i in range(count)]
     return gather(children)
 
@@ -70,7 +56,7 @@ def parent_many(count: int) -> list[int]:
 @workflow
 def parent_catches(kind: str, timeout: float | None = None) -> str:
     """Starts a child of ``kind`` and says what its result() raised."""
-    _log("pass")
+    executed("pass")
     child = {
         "fails": lambda: start(child_fails, "boom"),
         "stops": lambda: start(child_stops, "enough"),
@@ -90,7 +76,7 @@ def parent_catches(kind: str, timeout: float | None = None) -> str:
 
 @workflow
 def parent_gathers_failures() -> str:
-    _log("pass")
+    executed("pass")
     runs = [start(child_fails, "one"), start(child_sum, 1, 1), start(child_fails, "two")]
     try:
         gather(runs)
@@ -102,7 +88,7 @@ def parent_gathers_failures() -> str:
 @workflow
 def parent_in_branches() -> tuple[Any, ...]:
     """Two fork branches, each starting a child and waiting for it."""
-    _log("pass")
+    executed("pass")
     return parallel(
         lambda: result(start(child_sum, 1, 2)),
         lambda: result(start(child_sum, 3, 4)),
@@ -111,7 +97,7 @@ def parent_in_branches() -> tuple[Any, ...]:
 
 @workflow
 def grandparent() -> int:
-    _log("pass")
+    executed("pass")
     return result(start(parent_one, 10))
 
 
@@ -130,7 +116,7 @@ def _start_in_step(a: int) -> str:
 def pause(seconds: float) -> None:
     import time
 
-    _log("pause")
+    executed("pause")
     time.sleep(seconds)
 
 
@@ -138,7 +124,7 @@ def pause(seconds: float) -> None:
 def parent_slow(count: int, seconds: float) -> list[int]:
     """Starts ``count`` children with a pause after each start: a worker killed in a pause
     has recorded some starts and not others."""
-    _log("pass")
+    executed("pass")
     children = []
     for index in range(count):
         children.append(start(child_sum, index, 1))
@@ -155,7 +141,7 @@ def child_pausing(index: int, seconds: float) -> int:
 @workflow
 def parent_fanout(count: int, seconds: float) -> list[int]:
     """``count`` children that each take ``seconds``, gathered."""
-    _log("pass")
+    executed("pass")
     return gather([start(child_pausing, index, seconds) for index in range(count)])
 
 

@@ -13,7 +13,7 @@ from everystep.context import current
 from everystep.errors import WaitTimeout
 
 
-def _executed(label: str) -> None:
+def executed(label: str) -> None:
     from tests.testapp.models import Execution
 
     ctx = current()
@@ -26,14 +26,14 @@ def _executed(label: str) -> None:
 
 @step
 def mark(label: str) -> str:
-    _executed(label)
+    executed(label)
     return label
 
 
 @step
 def stamp(label: str) -> str:
     """The time this step body ran, as ISO text."""
-    _executed(label)
+    executed(label)
     return timezone.now().isoformat()
 
 
