@@ -66,12 +66,8 @@ class EffectUncertain(EverystepError):
         return self.message
 
 
-class Terminal(EverystepError):
-    """Raised by a step or a workflow body to stop the run deliberately.
-
-    The run ends ``stopped`` with ``reason`` and ``payload`` stored. It is an
-    outcome, not a failure: it is never reported to Sentry.
-    """
+class _Stop(EverystepError):
+    """A deliberate stop: its ``reason`` (its text) and ``payload``."""
 
     def __init__(self, reason: str, payload: Any = None) -> None:
         super().__init__(reason, payload)
@@ -80,6 +76,14 @@ class Terminal(EverystepError):
 
     def __str__(self) -> str:
         return self.reason
+
+
+class Terminal(_Stop):
+    """Raised by a step or a workflow body to stop the run deliberately.
+
+    The run ends ``stopped`` with ``reason`` and ``payload`` stored. It is an
+    outcome, not a failure: it is never reported to Sentry.
+    """
 
 
 class TablesMissing(EverystepError):
@@ -92,17 +96,10 @@ class WaitTimeout(EverystepError):
     was sent, ``result(run, timeout=…)``/``gather(…)`` before the runs ended."""
 
 
-class RunStopped(EverystepError):
+class RunStopped(_Stop):
     """``result()``/``gather()`` of a run that ended ``stopped`` (``Terminal``): its
-    ``reason`` and ``payload``, as the run recorded them."""
-
-    def __init__(self, reason: str, payload: Any = None) -> None:
-        super().__init__(reason, payload)
-        self.reason = reason
-        self.payload = payload
-
-    def __str__(self) -> str:
-        return self.reason
+    ``reason`` and ``payload``, as the run recorded them. Not a ``Terminal``: the run
+    that waited goes on (or fails) as its body decides."""
 
 
 class RunCancelled(EverystepError):
