@@ -33,7 +33,9 @@ can die at. ``point`` is one of ``CRASH_POINTS``:
   the ``started`` row of an ``unsafe_to_repeat`` step);
 - ``"after_body"``: the body returned or raised, its outcome is not recorded
   (``crash_after``);
-- ``"after_record"``: the step's outcome is recorded, the body has not seen it yet;
+- ``"after_record"``: the step's outcome is recorded, the body has not seen it yet (also
+  after the record of any other recorded operation: a sleep, a wait, a patch decision,
+  a child's start, a wait for runs — targeted by its step id);
 - ``"before_finish"``: the workflow body is done, the run's outcome is not written.
 
 ``target`` is a ``@step`` function or a step id (``None``: the first step to get

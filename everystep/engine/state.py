@@ -25,8 +25,8 @@ from everystep.serde import storable_text
 from everystep.values import Claim, RecordedStep
 
 MAX_STEP_ID_LENGTH = 300
-# The names under which the operations that are not steps are recorded.
-PATCH_RECORD = "everystep.patched"  # ``everystep.engine.patches``
+# The name under which ``patched`` records a decision (``everystep.engine.patches``).
+PATCH_RECORD = "everystep.patched"
 
 
 class Scope:
@@ -171,10 +171,10 @@ class RunState:
             after_started=after_started,
             child=child,
         )
-        self._announce(RecordedStep(step_id, name, status, result, error), began)
+        recorded = self._announce(RecordedStep(step_id, name, status, result, error), began)
         if crash_point is not None:
             maybe_crash(step_id, name, crash_point)
-        return self.records[step_id]
+        return recorded
 
     def settle(
         self, step_id: str, name: str, status: str, *, result: Any = None, error: Any = None
