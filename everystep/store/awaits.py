@@ -6,14 +6,15 @@ A body that waits (``hold``, in the transaction that releases it) marks each awa
 runs' rows are locked first, so an outcome written meanwhile either commits before
 (``hold`` then reads the run as ended and leaves no row for it) or after (and its own
 statement then reads the mark). An outcome that finds its run ``awaited`` calls
-``ended``: it deletes the run's rows, then wakes each waiter left with none, each in a
-statement of its own, so of two awaited runs ending together the later look sees both
-rows gone: the waiter is woken once, when the last one ends, however many it awaits.
-The awaited rows are locked before the waiter's own row, everywhere, so a waiter and
-an outcome never wait on each other in a circle.
+``ended``: in one transaction that first locks the waiters' rows, it deletes the run's
+rows and wakes each waiter left with none, so of two awaited runs ending together the
+second waits for the first and sees its rows gone: the waiter is woken once, when the
+last one ends, however many it awaits. A waiter releasing itself locks the awaited rows
+and then its own; an outcome locks its own row, commits, and only then the waiters'.
 
-A worker that dies between an outcome and that wake leaves its waiters asleep; ``sweep``
-(run by every worker's heartbeat thread) wakes them. A blocking ``result()`` outside a
+A worker that dies between an outcome and that wake leaves the rows behind, and its
+waiters asleep; ``sweep`` (run by every worker's heartbeat thread) finds such rows and
+wakes them. A blocking ``result()`` outside a
 body marks the run ``awaited`` too, so its end also sends a NOTIFY (PostgreSQL).
 """
 
@@ -23,7 +24,8 @@ import uuid
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from django.db.models import Exists, OuterRef, Q
+from django.db import transaction
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from everystep.models import FINAL_STATUSES, RunWait, Status, Workflow
@@ -49,19 +51,25 @@ def ended(runs: Iterable[uuid.UUID]) -> None:
     """``runs`` have ended: wake the runs that waited for them and have nothing left to
     wait for, and tell blocking ``result()`` callers (PostgreSQL)."""
     ids = list(runs)
-    waiters = set(
-        RunWait.objects.filter(awaited_run_id__in=ids).values_list("waiter_id", flat=True)
+    waiters = sorted(
+        set(RunWait.objects.filter(awaited_run_id__in=ids).values_list("waiter_id", flat=True))
     )
     if waiters:
-        RunWait.objects.filter(awaited_run_id__in=ids).delete()
         now = timezone.now()
         nothing_left = ~Exists(RunWait.objects.filter(waiter_id=OuterRef("id")))
         asleep = Q(due_at__isnull=True) | Q(due_at__gt=now)
-        woken = Workflow.objects.filter(
-            asleep, nothing_left, id__in=waiters, status=Status.SCHEDULED
-        ).update(due_at=now)
-        if woken:
-            notify_due()
+        with transaction.atomic():
+            # The waiters' rows first (a no-op update: on SQLite it takes the write lock
+            # at once): two runs ending together for one waiter take turns, and the
+            # second sees the first's rows gone. One transaction: a crash leaves the rows,
+            # which ``sweep`` finds.
+            Workflow.objects.filter(id__in=waiters).update(due_at=F("due_at"))
+            RunWait.objects.filter(awaited_run_id__in=ids).delete()
+            woken = Workflow.objects.filter(
+                asleep, nothing_left, id__in=waiters, status=Status.SCHEDULED
+            ).update(due_at=now)
+            if woken:
+                notify_due()
     notify_ended()
 
 

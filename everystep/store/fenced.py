@@ -13,6 +13,7 @@ The per-step statements are built once per database (``everystep.store.sql``).
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager, nullcontext
@@ -20,7 +21,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    transaction,
+)
 from django.utils import timezone
 
 from everystep.errors import AlreadyRecorded, ClaimLost, RunGone, StoreUnavailable
@@ -38,6 +46,8 @@ from everystep.store.guard import guarded
 from everystep.store.sql import RUNS, STEPS, Vendor, current, fenced
 from everystep.store.wake import notify_due
 from everystep.values import Claim
+
+logger = logging.getLogger("everystep.run")
 
 _STEP_COLUMNS = (
     "step_id",
@@ -257,7 +267,20 @@ def finish_run(
             return False
         awaited = True
     if awaited and status in FINAL_STATUSES:
-        awaits.ended([claim.run_id])
+        try:
+            awaits.ended([claim.run_id])
+        except DatabaseError as exc:  # the outcome stands; the heartbeats' sweep wakes them
+            logger.warning(
+                "run %s ended, but waking the runs that wait for it failed (%s); the "
+                "next sweep wakes them",
+                claim.run_id,
+                exc,
+                extra={
+                    "event": "run.wake_failed",
+                    "run_id": str(claim.run_id),
+                    "runner": claim.runner,
+                },
+            )
     return True
 
 

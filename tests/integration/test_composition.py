@@ -344,3 +344,31 @@ def test_a_run_released_to_wait_for_runs_that_all_ended_meanwhile_is_due_at_once
     assert released.status == "scheduled"
     assert released.due_at is not None and released.due_at <= timezone.now()
     assert not RunWait.objects.filter(waiter_id=waiter.id).exists()
+
+
+def test_a_wake_that_fails_leaves_the_outcome_and_the_sweep_wakes_the_waiter(monkeypatch, caplog):
+    """The database goes away between a child's outcome and the wake of its parent: the
+    outcome stands, a warning says so, the rows stay, and the sweep wakes the parent."""
+    from django.db import DatabaseError
+
+    from everystep.store import awaits
+
+    parent = schedule(cw.parent_catches, "waits")
+    run_due()
+    (child,) = children(parent)
+    everystep.send(child.id, "go", "late")
+
+    def unreachable(runs: object) -> None:
+        raise DatabaseError("server closed the connection unexpectedly")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(awaits, "ended", unreachable)
+        run_due()
+    assert fresh(child).status == "completed"
+    assert (fresh(parent).status, fresh(parent).due_at) == ("scheduled", None)
+    (warning,) = [r for r in caplog.records if getattr(r, "event", "") == "run.wake_failed"]
+    assert str(child.id) in warning.getMessage()
+    assert RunWait.objects.filter(waiter_id=parent.id, awaited_run_id=child.id).exists()
+    assert store.sweep() == 1
+    run_due()
+    assert fresh(parent).result == "value 'late'"
