@@ -158,9 +158,8 @@ def _durable(
         return list(op.recorded.result)
     waiting = op.recorded.result or {}
     if waiting.get("runs") != wanted:
-        raise run.abort(
-            code_changed(run, op.step_id, f"{what} of other runs", f"{what} of {wanted}")
-        )
+        recorded = f"{what} of {_named(waiting.get('runs') or [])}"
+        raise run.abort(code_changed(run, op.step_id, recorded, f"{what} of {_named(wanted)}"))
     deadline = recorded_time(waiting.get("deadline"))
     ended = _outcomes(ids, what)
     if ended is not None:
@@ -172,6 +171,13 @@ def _durable(
         woken(run, op.step_id, now, deadline)
         raise _time_out(op, wanted, deadline, what)
     raise Suspended(deadline, runs=frozenset(ids))
+
+
+def _named(runs: list[str]) -> str:
+    """Runs awaited, for a message: a thousand ids are not spelled out."""
+    if len(runs) == 1:
+        return f"run {runs[0]}"
+    return f"{len(runs)} runs" + (f" from {runs[0]}" if runs else "")
 
 
 def _time_out(op: Operation, wanted: list[str], deadline: Any, what: str) -> WaitTimeout:
@@ -187,7 +193,16 @@ def _time_out(op: Operation, wanted: list[str], deadline: Any, what: str) -> Wai
 
 
 def _block(ids: list[uuid.UUID], limit: timedelta | None, what: str) -> list[dict[str, Any]]:
-    """Wait in this thread until every run in ``ids`` has ended."""
+    """Wait in this thread until every run in ``ids`` has ended. A database that cannot
+    be reached is an ``EverystepError`` here (the engine's ``StoreUnavailable`` is for
+    passes, and no ``except Exception`` in a view would see it)."""
+    try:
+        return _poll(ids, limit, what)
+    except StoreUnavailable as exc:
+        raise EverystepError(f"{what}: {exc}") from exc
+
+
+def _poll(ids: list[uuid.UUID], limit: timedelta | None, what: str) -> list[dict[str, Any]]:
     ended = _outcomes(ids, what)
     if ended is not None:
         return ended
@@ -198,20 +213,17 @@ def _block(ids: list[uuid.UUID], limit: timedelta | None, what: str) -> list[dic
             "transaction.atomic() (and ATOMIC_REQUESTS)"
         )
     deadline = None if limit is None else time.monotonic() + limit.total_seconds()
-    try:
-        with store.EndedListener() as listener:
-            if listener.listening:
-                store.mark_awaited(ids)  # so their ends send the NOTIFY it listens for
-            pause = _POLL_MOST if listener.listening else _POLL_FIRST
-            while True:
-                ended = _outcomes(ids, what)
-                if ended is not None:
-                    return ended
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise WaitTimeout(f"{what}: the runs had not ended within {limit}")
-                # A NOTIFY ends the pause early; the poll stays the correctness path.
-                listener.wait(pause if left is None else min(pause, left))
-                pause = min(pause * 2, _POLL_MOST)
-    except StoreUnavailable as exc:
-        raise EverystepError(f"{what}: {exc}") from exc
+    with store.EndedListener() as listener:
+        if listener.listening:
+            store.mark_awaited(ids)  # so their ends send the NOTIFY it listens for
+        pause = _POLL_MOST if listener.listening else _POLL_FIRST
+        while True:
+            ended = _outcomes(ids, what)
+            if ended is not None:
+                return ended
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise WaitTimeout(f"{what}: the runs had not ended within {limit}")
+            # A NOTIFY ends the pause early; the poll stays the correctness path.
+            listener.wait(pause if left is None else min(pause, left))
+            pause = min(pause * 2, _POLL_MOST)

@@ -111,8 +111,9 @@ def record_step(
         "started_at": started_at,
         "finished_at": None if status == StepStatus.STARTED else timezone.now(),
     }
-    # Inside a caller's transaction (a test wrapped in one) a failed statement would
-    # spoil it; a savepoint keeps it usable. A worker's pass has none and pays nothing.
+    # A child's run and its start's record commit together: a transaction. Inside a
+    # caller's transaction (a test wrapped in one) a failed statement would spoil it; a
+    # savepoint keeps it usable. A worker's step record needs neither and pays nothing.
     together = child is not None or connection.in_atomic_block
     try:
         with transaction.atomic() if together else nullcontext():
