@@ -227,19 +227,18 @@ def fenced_transaction(claim: Claim) -> Iterator[None]:
         raise StoreUnavailable(f"database unavailable in an atomic step: {exc}") from exc
 
 
-def _finish_statement(db: Vendor) -> str:
-    outcome = ", ".join(f"{c} = {db.placeholder(c)}" for c in _FINISH_COLUMNS)
-    if db.returning:
-        # Whether anyone awaits the run comes back with the outcome.
-        return f"UPDATE {RUNS} SET {outcome} WHERE {fenced()} RETURNING awaited"
-    # MariaDB cannot return it: the outcome of a run nobody awaits (nearly every run)
-    # is written on that condition, and an awaited one's by ``_finish_awaited_statement``.
-    return f"UPDATE {RUNS} SET {outcome} WHERE {fenced()} AND awaited = FALSE"
-
-
 def _finish_awaited_statement(db: Vendor) -> str:
     outcome = ", ".join(f"{c} = {db.placeholder(c)}" for c in _FINISH_COLUMNS)
     return f"UPDATE {RUNS} SET {outcome} WHERE {fenced()}"
+
+
+def _finish_statement(db: Vendor) -> str:
+    if db.returning:
+        # Whether anyone awaits the run comes back with the outcome.
+        return f"{_finish_awaited_statement(db)} RETURNING awaited"
+    # MariaDB cannot return it: the outcome of a run nobody awaits (nearly every run)
+    # is written on that condition, and an awaited one's by ``_finish_awaited_statement``.
+    return f"{_finish_awaited_statement(db)} AND awaited = FALSE"
 
 
 @guarded

@@ -249,13 +249,13 @@ def cancel_run(run_id: str, *, by: str) -> Workflow:
     run = _changed_run(run_id, cancelled, "only unfinished runs can be cancelled")
     ended = [run.id]
     parents = [run.id]
+    child_error = encode_error(EverystepError(f"cancelled by {by}: its parent was cancelled"))
     while parents:
         # One generation at a time; each statement on its own, so no lock on a parent is
         # held while its children's rows are locked (see ``awaits``).
         children = list(
             Workflow.objects.filter(parent_id__in=parents).unfinished().values_list("id", flat=True)
         )
-        child_error = encode_error(EverystepError(f"cancelled by {by}: its parent was cancelled"))
         if children:
             Workflow.objects.filter(id__in=children).unfinished().finish(
                 Status.CANCELLED, error=child_error
