@@ -177,6 +177,12 @@ class Workflow(models.Model):
     # ``result()``): its outcome also wakes them. Set by the waiter before it waits, read
     # back by the outcome's own statement, so runs nobody awaits pay nothing for it.
     awaited = models.BooleanField(default=False)
+    # The run this one was forked from (``everystep.fork``): it began with copies of that
+    # run's records made before ``forked_from_step``, the step it executes from.
+    forked_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
+    forked_from_step = models.CharField(max_length=300, null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -209,6 +215,7 @@ class Workflow(models.Model):
             ("requeue_workflow", "Can requeue running runs"),
             ("resolve_workflow", "Can settle the uncertain step of blocked runs"),
             ("send_event", "Can send events to waiting runs"),
+            ("fork_workflow", "Can fork runs (re-run them from a step)"),
         ]
 
     def __str__(self) -> str:
@@ -228,6 +235,9 @@ class Step(models.Model):
     error = models.JSONField(null=True, blank=True)
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Who settled this step's outcome by hand (``everystep_resolve_step``, the UI), at
+    # ``finished_at``; NULL for an outcome the step's own body gave.
+    settled_by = models.CharField(max_length=255, null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -272,6 +282,36 @@ class RunWait(models.Model):
 
     def __str__(self) -> str:
         return f"{self.waiter_id} awaits {self.awaited_run_id}"
+
+
+class AuditEntry(models.Model):
+    """One write action an operator took, from the UI or a command: who, when, what, on
+    which runs (one run, a few, or a filter with the count it matched), and why."""
+
+    at = models.DateTimeField(default=timezone.now)
+    action = models.CharField(max_length=32)
+    # The Django user's name (UI), or "command" with the OS user (management commands).
+    actor = models.CharField(max_length=255)
+    via = models.CharField(max_length=64)  # "ui", or the command's name
+    # The one run the action named; the entry is deleted with it (pruning).
+    run = models.ForeignKey(
+        Workflow, null=True, blank=True, on_delete=models.CASCADE, related_name="audit"
+    )
+    # Several runs: their ids (the first ``audit.RUN_IDS_KEPT``) and how many there were;
+    # or the filter a bulk action used and how many runs it touched.
+    run_ids = models.JSONField(default=list, blank=True)
+    filter = models.JSONField(null=True, blank=True)
+    count = models.PositiveIntegerField(default=0)
+    reason = models.TextField(blank=True, default="")
+    # What else the action took: a step id and mode, an event name, a fork's new run.
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        verbose_name_plural = "audit entries"
+        indexes = [models.Index(fields=["at"], name="everystep_audit_at")]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.action} by {self.actor}"
 
 
 class Runner(models.Model):
