@@ -28,7 +28,8 @@ from everystep.errors import (
 )
 from everystep.models import Status, Step, StepStatus, Workflow
 from everystep.serde import encode, encode_error, parse_json, storable_text
-from everystep.store import awaits
+from everystep.store import audit, awaits
+from everystep.store.audit import Actor
 from everystep.store.guard import guarded, too_large
 from everystep.store.wake import notify_due
 from everystep.values import RecordedStep
@@ -233,23 +234,24 @@ def resolve_step(run_id: str, step_id: str, *, mode: str, value: Any = None) -> 
     return run
 
 
-def cancel_run(run_id: str, *, by: str) -> Workflow:
+def cancel_run(run_id: str, *, actor: Actor, reason: str = "") -> Workflow:
     """Cancel a run that has not reached a final status, and its unfinished children
-    (and theirs).
+    (and theirs); the audit entry commits with the run's own cancellation.
 
     A scheduled or blocked run ends at once. A running run ends too: its worker's next
     write (the step in flight's record, a child's start, the outcome) is refused by the
     fence, so that step's effect may have happened but nothing more runs. Once the run
     is cancelled it can start no more children, so the walk down its children ends.
     """
-    error = encode_error(EverystepError(f"cancelled by {by}"))
-    cancelled = (
-        Workflow.objects.filter(id=run_id).unfinished().finish(Status.CANCELLED, error=error)
-    )
-    run = _changed_run(run_id, cancelled, "only unfinished runs can be cancelled")
+    error = encode_error(EverystepError(f"cancelled by {actor.by}"))
+    with transaction.atomic():
+        runs = Workflow.objects.filter(id=run_id).unfinished()
+        cancelled = runs.finish(Status.CANCELLED, error=error)
+        run = _changed_run(run_id, cancelled, "only unfinished runs can be cancelled")
+        audit.record("cancel", actor, run=run.id, reason=reason)
     ended = [run.id]
     parents = [run.id]
-    child_error = encode_error(EverystepError(f"cancelled by {by}: its parent was cancelled"))
+    child_error = encode_error(EverystepError(f"cancelled by {actor.by}: its parent was cancelled"))
     while parents:
         # One generation at a time; each statement on its own, so no lock on a parent is
         # held while its children's rows are locked (see ``awaits``).
@@ -266,12 +268,14 @@ def cancel_run(run_id: str, *, by: str) -> Workflow:
     return run
 
 
-def requeue_one(run_id: str) -> Workflow:
+def requeue_one(run_id: str, *, actor: Actor, reason: str = "") -> Workflow:
     """Put one ``running`` run back to ``scheduled`` (its holder is gone or stuck); the
     holder's late writes are refused by the fence."""
-    requeued = Workflow.objects.filter(id=run_id, status=Status.RUNNING).requeue()
-    run = _changed_run(run_id, requeued, "only running runs can be requeued")
-    notify_due()
+    with transaction.atomic():
+        requeued = Workflow.objects.filter(id=run_id, status=Status.RUNNING).requeue()
+        run = _changed_run(run_id, requeued, "only running runs can be requeued")
+        audit.record("requeue", actor, run=run.id, reason=reason)
+        notify_due()
     return run
 
 

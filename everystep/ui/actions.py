@@ -23,6 +23,7 @@ from django.views.decorators.http import require_POST
 from everystep import conf, serde, store
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
+from everystep.store.audit import Actor
 
 logger = logging.getLogger("everystep.ui")
 
@@ -82,7 +83,7 @@ def run_action(request: HttpRequest, run_id: UUID) -> HttpResponse:
         # Going back to the run's page would only say "not found" after a redirect.
         raise Http404(f"no run with id {run_id}")
     try:
-        done, detail = _perform(action, str(run_id), request.POST, by=f"{user.get_username()} (UI)")
+        done, detail = _perform(action, str(run_id), request.POST, actor=Actor.user(user))
     except EverystepError as exc:
         return _back(run_id, error=str(exc))
     logger.info(
@@ -96,14 +97,14 @@ def run_action(request: HttpRequest, run_id: UUID) -> HttpResponse:
     return _back(run_id, done=done)
 
 
-def _perform(action: str, run_id: str, form: Any, *, by: str) -> tuple[str, str]:
+def _perform(action: str, run_id: str, form: Any, *, actor: Actor) -> tuple[str, str]:
     """Do ``action``: what the run page says next (a key of ``DONE``), and the detail
     the log line adds."""
     if action == "cancel":
-        store.cancel_run(run_id, by=by)
+        store.cancel_run(run_id, actor=actor)
         return action, ""
     if action == "requeue":
-        store.requeue_one(run_id)
+        store.requeue_one(run_id, actor=actor)
         return action, ""
     if action == "send":
         return _send(run_id, form)

@@ -19,6 +19,7 @@ import everystep
 from everystep import schedule, store
 from everystep.errors import EverystepError, RunCancelled, RunStopped, WaitTimeout
 from everystep.models import RunWait, Step, Workflow
+from everystep.store.audit import Actor
 from everystep.testing import crash_at, deployed, run_due
 from tests.testapp import composition as cw
 from tests.testapp.models import Execution
@@ -91,7 +92,7 @@ def test_a_cancelled_child_raises_run_cancelled_in_the_parent():
     parent = schedule(cw.parent_catches, "waits")
     run_due()
     (child,) = children(parent)
-    store.cancel_run(str(child.id), by="test")
+    store.cancel_run(str(child.id), actor=Actor("test", "test"))
     run_due()
     assert fresh(parent).result == "RunCancelled"
 
@@ -149,7 +150,7 @@ def test_cancelling_a_run_cancels_its_unfinished_children_and_theirs():
     top = schedule(cw.parent_catches, "waits")
     run_due()
     (child,) = children(top)
-    store.cancel_run(str(top.id), by="test")
+    store.cancel_run(str(top.id), actor=Actor("test", "test"))
     assert fresh(top).status == "cancelled"
     assert fresh(child).status == "cancelled"
     assert "parent was cancelled" in fresh(child).error["message"]
@@ -162,7 +163,7 @@ def test_cancel_reaches_grandchildren():
     # Run only the top and its child's first pass: claim one run at a time.
     run_due(max_passes=2)
     (middle_run,) = children(top)
-    store.cancel_run(str(top.id), by="test")
+    store.cancel_run(str(top.id), actor=Actor("test", "test"))
     assert fresh(middle_run).status == "cancelled"
     for grandchild in children(middle_run):
         assert fresh(grandchild).status in ("cancelled", "completed")
@@ -238,7 +239,7 @@ def test_result_outside_raises_the_outcomes():
     stopped = schedule(cw.child_stops, "halt")
     cancelled = schedule(cw.child_waits, "x")
     run_due()
-    store.cancel_run(str(cancelled.id), by="test")
+    store.cancel_run(str(cancelled.id), actor=Actor("test", "test"))
     with pytest.raises(ValueError, match="bad"):
         everystep.result(failed)
     with pytest.raises(RunStopped) as stop:

@@ -292,10 +292,11 @@ def catches_picky() -> str:
 @step
 def cancel_own_run() -> None:
     from everystep import store
+    from everystep.store.audit import Actor
 
     ctx = current()
     assert ctx is not None
-    store.cancel_run(str(ctx.workflow_id), by="the test")
+    store.cancel_run(str(ctx.workflow_id), actor=Actor("the test", "test"))
 
 
 @workflow

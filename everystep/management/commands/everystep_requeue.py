@@ -10,6 +10,7 @@ from everystep import store
 from everystep.errors import EverystepError
 from everystep.management.commands._base import EverystepCommand
 from everystep.management.options import checked_run_id
+from everystep.store.audit import Actor
 
 
 class Command(EverystepCommand):
@@ -24,7 +25,7 @@ class Command(EverystepCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         run_id = checked_run_id(options["run_id"])
         try:
-            run = store.requeue_one(run_id)
+            run = store.requeue_one(run_id, actor=Actor.command("everystep_requeue"))
         except EverystepError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"run {run.id} ({run.name}) requeued")
