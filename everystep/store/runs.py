@@ -169,7 +169,9 @@ def load_steps(run_id: UUID) -> dict[str, RecordedStep]:
 SETTLE_MODES = ("result", "error", "discard")
 
 
-def settle_step(run_id: str, step_id: str, *, mode: str, text: str = "") -> Workflow:
+def settle_step(
+    run_id: str, step_id: str, *, mode: str, text: str = "", actor: Actor, reason: str = ""
+) -> Workflow:
     """Settle the uncertain step of a blocked run from an operator's input (the
     ``everystep_resolve_step`` command and the UI): ``text`` is the step's result as
     JSON for ``result``, the failure message for ``error``, ignored for ``discard``.
@@ -184,7 +186,7 @@ def settle_step(run_id: str, step_id: str, *, mode: str, text: str = "") -> Work
         value = text.strip()
         if not value:
             raise EverystepError("an error needs a non-empty message")
-    return resolve_step(run_id, step_id, mode=mode, value=value)
+    return resolve_step(run_id, step_id, mode=mode, value=value, actor=actor, reason=reason)
 
 
 def _check_step_id(step_id: str) -> None:
@@ -198,12 +200,15 @@ def _check_step_id(step_id: str) -> None:
         )
 
 
-def resolve_step(run_id: str, step_id: str, *, mode: str, value: Any = None) -> Workflow:
-    """Settle the ``started`` step of a ``blocked`` run and requeue the run.
+def resolve_step(
+    run_id: str, step_id: str, *, mode: str, value: Any = None, actor: Actor, reason: str = ""
+) -> Workflow:
+    """Settle the ``started`` step of a ``blocked`` run and requeue the run, with the
+    audit entry in the same transaction.
 
     ``mode`` is ``result`` (the effect happened; ``value`` is its encoded result),
     ``error`` (it failed; ``value`` is the message) or ``discard`` (it did not happen:
-    the step runs again on the next pass).
+    the step runs again on the next pass: its row goes, so the entry keeps the step id).
     """
     with transaction.atomic():
         # Write first: on SQLite this takes the write lock before anything is read.
@@ -221,17 +226,24 @@ def resolve_step(run_id: str, step_id: str, *, mode: str, value: Any = None) -> 
         if mode == "discard":
             step.delete()
         else:
-            step.finished_at = timezone.now()
-            if mode == "result":
-                step.status, step.result = StepStatus.DONE, value
-            else:
-                step.status = StepStatus.FAILED
-                step.error = encode_error(StepFailure(value, "everystep_resolve_step"))
-            step.save(update_fields=["status", "result", "error", "finished_at"])
+            _settle(step, mode, value, actor)
+        detail = {"step_id": step_id, "mode": mode}
+        audit.record("resolve", actor, run=run_id, reason=reason, detail=detail)
         notify_due()
     run = get_run(run_id)
     assert run is not None
     return run
+
+
+def _settle(step: Step, mode: str, value: Any, actor: Actor) -> None:
+    step.finished_at = timezone.now()
+    step.settled_by = actor.by[: Step._meta.get_field("settled_by").max_length]
+    if mode == "result":
+        step.status, step.result = StepStatus.DONE, value
+    else:
+        step.status = StepStatus.FAILED
+        step.error = encode_error(StepFailure(value, "everystep_resolve_step"))
+    step.save(update_fields=["status", "result", "error", "finished_at", "settled_by"])
 
 
 def cancel_run(run_id: str, *, actor: Actor, reason: str = "") -> Workflow:
@@ -249,8 +261,14 @@ def cancel_run(run_id: str, *, actor: Actor, reason: str = "") -> Workflow:
         cancelled = runs.finish(Status.CANCELLED, error=error)
         run = _changed_run(run_id, cancelled, "only unfinished runs can be cancelled")
         audit.record("cancel", actor, run=run.id, reason=reason)
-    ended = [run.id]
-    parents = [run.id]
+    awaits.ended([run.id, *cancel_children([run.id], actor)])
+    return run
+
+
+def cancel_children(parents: list[UUID], actor: Actor) -> list[UUID]:
+    """Cancel the unfinished children of ``parents`` (runs just cancelled), and theirs;
+    the ids cancelled. Call it after the parents' transaction has committed."""
+    ended: list[UUID] = []
     child_error = encode_error(EverystepError(f"cancelled by {actor.by}: its parent was cancelled"))
     while parents:
         # One generation at a time; each statement on its own, so no lock on a parent is
@@ -264,8 +282,7 @@ def cancel_run(run_id: str, *, actor: Actor, reason: str = "") -> Workflow:
             )
         ended += children
         parents = children
-    awaits.ended(ended)
-    return run
+    return ended
 
 
 def requeue_one(run_id: str, *, actor: Actor, reason: str = "") -> Workflow:
