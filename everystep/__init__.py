@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Terminal",
     "deprecate_patch",
+    "fork",
     "gather",
     "parallel",
     "patched",
@@ -32,6 +33,7 @@ _API = set(__all__) - {"Terminal"}
 if TYPE_CHECKING:
     from everystep.api import (
         deprecate_patch,
+        fork,
         gather,
         parallel,
         patched,

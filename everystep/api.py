@@ -1,6 +1,7 @@
 """The public API: ``@workflow``, ``@step``, ``parallel``, ``schedule``, the durable waits
 (``sleep``, ``sleep_until``, ``wait_for``), ``send``, versioning (``patched``,
-``deprecate_patch``), and composition (``start``, ``result``, ``gather``).
+``deprecate_patch``), composition (``start``, ``result``, ``gather``) and recovery
+(``fork``).
 
 Nothing here touches the database at import time, so workflow modules can be imported
 before Django is fully set up.
@@ -239,6 +240,22 @@ def _signature(defn: WorkflowDef) -> inspect.Signature | None:
         return inspect.signature(defn.fn)
     except (TypeError, ValueError):  # a callable without one (a builtin): not checked
         return None
+
+
+def fork(
+    run: Workflow | UUID | str,
+    from_step: str | None = None,
+    args: Sequence[Any] | None = None,
+) -> Workflow:
+    """A new ``scheduled`` run of ``run``'s workflow that starts with copies of its
+    records made before ``from_step`` (default: the first step that failed or has no
+    outcome), so a worker replays those and executes from there under the code installed
+    now; ``args`` replace the arguments. Only a finished run can be forked; the original
+    is left as it was. Refused with ``EverystepError`` (nothing written) when the fork
+    would fail on replay. See docs/recovering.md."""
+    from everystep.engine.rerun import fork_run
+
+    return fork_run(run, from_step=from_step, args=args)
 
 
 def sleep(delay: timedelta | float) -> None:

@@ -130,23 +130,36 @@ def check_run(run: RunToCheck) -> tuple[Failure | None, dict[str, bool]]:
     if defn is None:
         reason = f"no @workflow is registered under {run.workflow!r} in the installed code"
         return Failure(run.run_id, run.status, reason, recorded=run.workflow), {}
+    state, outcome = check_pass(run, defn)
+    return failure_of(run, outcome), dict(state.patches)
+
+
+def check_pass(
+    run: RunToCheck, defn: registry.WorkflowDef, *, roll_back: bool = False
+) -> tuple[RunState, BaseException | None]:
+    """Replay ``run``'s body over its records in checking mode: the pass's state (what it
+    reached, the patch decisions it took) and how it ended. ``roll_back``: undo whatever
+    the body wrote between its steps, for a check made outside a read-only transaction
+    (``everystep.fork``)."""
     # A claim in name only: a checking pass writes nothing, so nothing is fenced by it.
     claim = Claim(run.run_id, uuid.UUID(int=0), RUNNER, workflow=run.workflow, args=run.args)
     state = RunState(
         claim=claim,
         workflow_name=run.workflow,
         records=dict(run.records),
-        threads_allowed=False,  # branches share this thread's read-only transaction
+        threads_allowed=False,  # branches share this thread's transaction
         checking=True,
     )
     # A savepoint: a statement the database refuses (a body writing between its steps)
     # must not spoil the batch's transaction for the runs after this one.
     with transaction.atomic():
         _, outcome = replay(state, defn, run.args)
-    return _failure(run, outcome), dict(state.patches)
+        if roll_back:
+            transaction.set_rollback(True)
+    return state, outcome
 
 
-def _failure(run: RunToCheck, outcome: BaseException | None) -> Failure | None:
+def failure_of(run: RunToCheck, outcome: BaseException | None) -> Failure | None:
     # Replayed up to new work, a wait, the end, a deliberate stop, or an uncertain
     # step that is blocked whatever the code: the new code takes it from there.
     if outcome is None or isinstance(
