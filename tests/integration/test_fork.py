@@ -195,7 +195,7 @@ def test_sleeps_waits_patches_and_child_starts_are_carried_over():
     fork.refresh_from_db()
     assert fork.status == "completed", fork.error
     payload, branch, child_id, charged = fork.result
-    assert payload == {"ok": True} and branch == "new"
+    assert payload == {"ok": True} and branch == "new" and charged == {"order": 4, "charged": 5}
     assert child_id == str(Workflow.objects.get(parent=original).id)
     assert Workflow.objects.filter(name=wf.lapse.__everystep_workflow__.name).count() == children
 
