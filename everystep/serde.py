@@ -32,6 +32,7 @@ from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from everystep import failure_detail
 from everystep.errors import EverystepError, StepFailure
 
 TAG = "__es__"
@@ -332,15 +333,21 @@ def roundtrip(value: Any, where: str = "value") -> Any:
 
 
 def encode_error(exc: BaseException) -> dict[str, Any]:
-    """Store an exception as ``{type, message, args}``; an argument that cannot be
-    serialized is stored as its ``repr()``."""
+    """Store an exception as ``{type, message, args}``, and ``traceback`` (bounded text,
+    see ``failure_detail``) if it was raised; an argument that cannot be serialized is
+    stored as its ``repr()``."""
     # The args sit two levels down in the stored error: {"args": [...]}.
     args = [_encode_or_repr(arg, 2) for arg in exc.args]
-    return {
+    error = {
         "type": printable(qualified_name(type(exc))),
         "message": printable(str(exc)),
         "args": args,
     }
+    trace = failure_detail.traceback_text(exc)
+    if trace is not None:
+        # Escaped before it is bounded: the escapes take room too.
+        error["traceback"] = failure_detail.bounded(printable(trace))
+    return error
 
 
 def _encode_or_repr(value: Any, depth: int) -> Any:
@@ -353,6 +360,13 @@ def _encode_or_repr(value: Any, depth: int) -> Any:
 def decode_error(data: dict[str, Any]) -> BaseException:
     """Rebuild a stored exception, or a ``StepFailure`` carrying its message when the
     type is gone or cannot be built from its stored args."""
+    rebuilt = _rebuild_error(data)
+    # Its traceback is the recorded one: the frames of a replay are not where it happened.
+    failure_detail.recorded(rebuilt, data.get("traceback"))
+    return rebuilt
+
+
+def _rebuild_error(data: dict[str, Any]) -> BaseException:
     cls = import_qualified(data["type"])
     args = data.get("args")
     if isinstance(cls, type) and issubclass(cls, Exception) and args is not None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from django.db import connection
 
-from everystep import conf, registry, serde, signals, store, tracing
+from everystep import conf, failure_detail, registry, serde, signals, store, tracing
 from everystep.engine.crashes import simulated_crash
 from everystep.engine.state import Frame, RunState, Scope, current_frame
 from everystep.errors import (
@@ -185,15 +185,19 @@ def _settle(claim: Claim, workflow: str, began: float, exc: BaseException) -> Pa
 
 
 def encode_outcome_error(exc: BaseException) -> dict[str, Any]:
-    """The stored ``error`` of a run; a stop keeps its reason and payload readable."""
+    """The stored ``error`` of a run (with its traceback, see ``serde.encode_error``); a
+    stop keeps its reason and payload readable; ``step_id`` says where a blocked run, or
+    a run stopped inside a step, stopped."""
     error = serde.encode_error(exc)
     if isinstance(exc, Terminal):
         # The reason is shown, never rebuilt: printable on every database (a NUL in it
         # would make PostgreSQL refuse the whole outcome).
         error["reason"] = serde.printable(exc.reason) if isinstance(exc.reason, str) else exc.reason
         error["payload"] = error["args"][1]
-    if isinstance(exc, EffectUncertain):
-        error["step_id"] = exc.step_id
+    # Where the run stopped: the uncertain step, or the step that raised Terminal.
+    step_id = exc.step_id if isinstance(exc, EffectUncertain) else failure_detail.stop_step(exc)
+    if step_id is not None:
+        error["step_id"] = step_id
     return error
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
-from everystep import serde, store, tracing
+from everystep import failure_detail, serde, store, tracing
 from everystep.engine.crashes import maybe_crash
 from everystep.engine.recorded import body_frame, reach, served
 from everystep.engine.replay import Decision
@@ -106,6 +106,7 @@ def _run_and_record(
         error = serde.encode_error(exc)
         _record(run, record, "failed", began, error=error, after=defn.unsafe_to_repeat)
         if isinstance(exc, Terminal):
+            failure_detail.stopped_in(exc, step_id)  # the run's outcome says where
             aborted = run.abort(exc)
             aborted.__suppress_context__ = True
             return aborted, None

@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "everystep.signals",
             "everystep.tracing",
             "everystep.serde",
+            "everystep.failure_detail",
             "everystep.times",
             "everystep.registry",
             "everystep.conf",
