@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from django.db.models import F
+from django.db.models import F, QuerySet
 
 from everystep.models import AuditEntry
 from everystep.serde import printable
@@ -113,3 +113,24 @@ def recent(*, before: int | None = None, limit: int = 50) -> list[AuditEntry]:
     if before is not None:
         entries = entries.filter(id__lt=before)
     return list(entries[:limit])
+
+
+def _old(cutoff: Any) -> QuerySet[AuditEntry]:
+    # An entry naming one run goes with that run; the rest (several runs, a filter, a
+    # runner, a prune) go by age.
+    return AuditEntry.objects.filter(run__isnull=True, at__lt=cutoff)
+
+
+def prunable(cutoff: Any) -> int:
+    """How many entries ``prune`` would delete."""
+    return _old(cutoff).count()
+
+
+def prune(cutoff: Any, *, keep: AuditEntry | None = None) -> int:
+    """Delete the entries older than ``cutoff`` that name no single run (``keep``: the
+    running prune's own entry). Returns how many were deleted."""
+    old = _old(cutoff)
+    if keep is not None:
+        old = old.exclude(id=keep.id)
+    deleted, _ = old.delete()
+    return deleted

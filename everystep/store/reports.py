@@ -15,7 +15,8 @@ from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from everystep.models import Status, Step, Workflow, WorkflowQuerySet
+from everystep.models import AuditEntry, Status, Step, Workflow, WorkflowQuerySet
+from everystep.store import audit
 from everystep.store.waits import waiting_count
 from everystep.times import aware
 
@@ -258,10 +259,13 @@ def prunable_sample(cutoff: Any, statuses: list[str], limit: int = 20) -> list[W
     return list(due.only("id", "name", "status", "completed_at")[:limit])
 
 
-def prune_batch(cutoff: Any, statuses: list[str], batch_size: int) -> tuple[int, int]:
+def prune_batch(
+    cutoff: Any, statuses: list[str], batch_size: int, *, entry: AuditEntry | None = None
+) -> tuple[int, int]:
     """Delete up to ``batch_size`` final runs completed before ``cutoff`` (oldest ids
     first) and their steps, in one short transaction. Returns ``(runs, steps)`` deleted;
-    ``(0, 0)`` once nothing is left."""
+    ``(0, 0)`` once nothing is left. The runs' own audit entries go with them (the
+    ORM's cascade); ``entry``, the prune's own, counts up in the same transaction."""
     due = Workflow.objects.filter(**_prunable(cutoff, statuses)).order_by("id")
     with transaction.atomic():
         if transaction.get_connection().vendor == "sqlite":
@@ -278,7 +282,10 @@ def prune_batch(cutoff: Any, statuses: list[str], batch_size: int) -> tuple[int,
         if not ids:
             return 0, steps
         _, deleted = Workflow.objects.filter(id__in=ids).delete()
-    return deleted.get(Workflow._meta.label, 0), steps
+        runs = deleted.get(Workflow._meta.label, 0)
+        if entry is not None:
+            audit.add_count(entry, runs)
+    return runs, steps
 
 
 # The UI's read-only queries (everystep.ui.views); list_runs and run_steps above serve it

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -12,12 +13,22 @@ from django.db.models import Count, F
 from django.utils import timezone
 
 from everystep.models import Runner, Status, Workflow
+from everystep.store import audit
+from everystep.store.audit import Actor
 from everystep.store.wake import notify_due
 
 
-def requeue_runner(name: str) -> list[UUID]:
-    """Put every run left ``running`` under runner ``name`` back to ``scheduled``."""
-    return [run_id for run_id, _, _ in _requeue_held(claimed_by=name)]
+def requeue_runner(name: str, *, actor: Actor | None = None, reason: str = "") -> list[UUID]:
+    """Put every run left ``running`` under runner ``name`` back to ``scheduled``. An
+    ``actor`` (an operator, not a worker's own recovery) is audited in the requeue's
+    transaction; a requeue that found nothing wrote nothing and leaves no entry."""
+
+    def audited(ids: list[UUID]) -> None:
+        if actor is not None:
+            detail = {"runner": name}
+            audit.record("requeue_runner", actor, run_ids=ids, reason=reason, detail=detail)
+
+    return [run_id for run_id, _, _ in _requeue_held(audited, claimed_by=name)]
 
 
 def beat(
@@ -61,10 +72,16 @@ def requeue_orphans(timeout: float) -> list[tuple[UUID, str, str | None]]:
     same name a moment ago keeps the runs it has just reclaimed.
     """
     cutoff = timezone.now() - timedelta(seconds=timeout)
-    return _requeue_held(claimed_by__in=Runner.objects.filter(last_seen__lt=cutoff).values("name"))
+    dead = Runner.objects.filter(last_seen__lt=cutoff).values("name")
+    return _requeue_held(None, claimed_by__in=dead)
 
 
-def _requeue_held(**held_by: Any) -> list[tuple[UUID, str, str | None]]:
+Requeued = list[tuple[UUID, str, str | None]]
+# Called with the requeued ids inside the requeue's transaction, if any were.
+Also = Callable[[list[UUID]], None] | None
+
+
+def _requeue_held(also: Also, **held_by: Any) -> Requeued:
     """Requeue the ``running`` runs matching ``held_by``; returns what was requeued.
 
     A plain look comes first, in autocommit: the usual case (nothing to requeue, every
@@ -75,11 +92,11 @@ def _requeue_held(**held_by: Any) -> list[tuple[UUID, str, str | None]]:
     if not candidates.exists():
         return []
     if connection.features.has_select_for_update_skip_locked:
-        return _requeue_unlocked(candidates)
-    return _mark_and_requeue(candidates)
+        return _requeue_unlocked(candidates, also)
+    return _mark_and_requeue(candidates, also)
 
 
-def _requeue_unlocked(candidates: Any) -> list[tuple[UUID, str, str | None]]:
+def _requeue_unlocked(candidates: Any, also: Also) -> Requeued:
     """PostgreSQL, MariaDB: lock the candidates, skipping rows another transaction holds
     (another sweeper, perhaps paused mid-transaction: waiting behind it would stall this
     worker's heartbeat until live runners looked dead), then requeue exactly those."""
@@ -90,11 +107,12 @@ def _requeue_unlocked(candidates: Any) -> list[tuple[UUID, str, str | None]]:
         if requeued:
             taken = Workflow.objects.filter(id__in=[row[0] for row in requeued])
             taken.requeue(recoveries=F("recoveries") + 1)
+            _then(also, requeued)
             notify_due()
     return requeued
 
 
-def _mark_and_requeue(candidates: Any) -> list[tuple[UUID, str, str | None]]:
+def _mark_and_requeue(candidates: Any, also: Also) -> Requeued:
     """SQLite (no row locks): the transaction begins with a write, so it waits for the
     database lock instead of failing; the rows are marked with a fresh claim token, so the
     rows reported are exactly the rows requeued, and marking and requeueing commit
@@ -107,8 +125,14 @@ def _mark_and_requeue(candidates: Any) -> list[tuple[UUID, str, str | None]]:
         mine = Workflow.objects.filter(status=Status.RUNNING, claim_token=token)
         requeued = list(mine.values_list("id", "name", "claimed_by"))
         mine.requeue()
+        _then(also, requeued)
         notify_due()
     return requeued
+
+
+def _then(also: Also, requeued: Requeued) -> None:
+    if also is not None and requeued:
+        also([row[0] for row in requeued])
 
 
 # For operators and the UI: which runners there are and what they hold.

@@ -24,6 +24,8 @@ from django.utils import timezone
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Event, Status, Workflow
 from everystep.serde import encode, storable_text
+from everystep.store import audit
+from everystep.store.audit import Actor
 from everystep.store.guard import guarded
 from everystep.store.wake import notify_due
 
@@ -52,11 +54,19 @@ def event_payload(run_id: UUID, name: str) -> tuple[bool, Any]:
     return (False, None) if row is None else (True, row[0])
 
 
-def send_event(run_id: UUID | str, name: str, payload: Any = None) -> bool:
+def send_event(
+    run_id: UUID | str,
+    name: str,
+    payload: Any = None,
+    *,
+    actor: Actor | None = None,
+    reason: str = "",
+) -> bool:
     """Record event ``name`` for the run, in the caller's transaction, and make the run
     due at once if it waits. False if an event of that name was already sent (the first
     payload stays). ``EverystepError`` for an unknown or finished run, or a payload that
-    cannot be stored."""
+    cannot be stored. An ``actor`` (an operator, not the application's own
+    ``everystep.send``) is audited in the same transaction, a repeated send too."""
     check_event_name(name)
     try:
         run_id = UUID(str(run_id))
@@ -77,12 +87,22 @@ def send_event(run_id: UUID | str, name: str, payload: Any = None) -> bool:
             raise EverystepError(
                 f"run {run_id} is {status}: events can only be sent to unfinished runs"
             )
-        try:
-            with transaction.atomic():
-                Event.objects.create(workflow_id=run_id, name=name, payload=stored, sent_at=now)
-        except IntegrityError:
-            return False
-        notify_due()
+        sent = _insert_event(run_id, name, stored, now)
+        if actor is not None:
+            detail = {"event": name} if sent else {"event": name, "already_sent": True}
+            audit.record("send", actor, run=run_id, reason=reason, detail=detail)
+        if sent:
+            notify_due()
+    return sent
+
+
+def _insert_event(run_id: UUID, name: str, stored: Any, now: Any) -> bool:
+    """False if the run has an event of that name already (it keeps its first payload)."""
+    try:
+        with transaction.atomic():
+            Event.objects.create(workflow_id=run_id, name=name, payload=stored, sent_at=now)
+    except IntegrityError:
+        return False
     return True
 
 

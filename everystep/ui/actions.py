@@ -107,18 +107,18 @@ def _perform(action: str, run_id: str, form: Any, *, actor: Actor) -> tuple[str,
         store.requeue_one(run_id, actor=actor)
         return action, ""
     if action == "send":
-        return _send(run_id, form)
+        return _send(run_id, form, actor)
     step_id, mode = form.get("step_id", ""), form.get("mode", "")
-    store.settle_step(run_id, step_id, mode=mode, text=form.get("value", ""))
+    store.settle_step(run_id, step_id, mode=mode, text=form.get("value", ""), actor=actor)
     return action, f" (step {step_id}: {mode})"
 
 
-def _send(run_id: str, form: Any) -> tuple[str, str]:
+def _send(run_id: str, form: Any, actor: Actor) -> tuple[str, str]:
     name = serde.storable_text(form.get("name", ""), "the event name")
     text = form.get("payload", "").strip()
     # An empty payload field sends null, as everystep.send(run_id, name) does.
     payload = serde.parse_json(text, "the payload") if text else None
-    if store.send_event(run_id, name, payload):
+    if store.send_event(run_id, name, payload, actor=actor):
         return "send", f" (event {name})"
     return "already-sent", f" (event {name}, already sent: ignored)"
 
@@ -159,7 +159,7 @@ def runner_requeue(request: HttpRequest) -> HttpResponse:
         _refuse_live(name)
     except EverystepError as exc:
         return _back_to_runners(error=str(exc))
-    requeued = store.requeue_runner(name)
+    requeued = store.requeue_runner(name, actor=Actor.user(user))
     logger.info(
         "runner %s: requeue of its %d run(s) by %s: %s",
         name,

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from everystep import schedule, serde, store
 from everystep.models import Step, Workflow
+from everystep.store.audit import Actor
 from everystep.testing import crash_at, run_due
 from tests.testapp import shapes
 from tests.testapp.models import Execution
@@ -250,7 +251,9 @@ def _resolve_uncertain(crashed: CrashRun, step_id: str) -> None:
     assert blocked.error["step_id"] == step_id
     assert blocked.rows[step_id].status == "started"
     settled = crashed.reference.rows[step_id].result
-    store.resolve_step(str(crashed.run.id), step_id, mode="result", value=settled)
+    store.resolve_step(
+        str(crashed.run.id), step_id, mode="result", value=settled, actor=Actor("test", "test")
+    )
 
 
 def crash_targets(

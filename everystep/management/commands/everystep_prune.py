@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from datetime import datetime, timedelta
 from typing import Any
@@ -11,8 +12,12 @@ from django.utils import timezone
 
 from everystep import store
 from everystep.management.commands._base import EverystepCommand
-from everystep.management.options import checked_count, clipped, shown
-from everystep.models import FINAL_STATUSES
+from everystep.management.options import checked_count, checked_text, clipped, shown
+from everystep.models import FINAL_STATUSES, AuditEntry
+from everystep.store import audit
+from everystep.store.audit import Actor
+
+logger = logging.getLogger("everystep.ops")
 
 FINAL: list[str] = sorted(str(status) for status in FINAL_STATUSES)
 SAMPLE = 20
@@ -22,9 +27,11 @@ MAX_BATCH = 100_000
 
 class Command(EverystepCommand):
     help = (
-        "Delete runs that reached a final status (completed, failed, stopped) more than DAYS "
-        "ago, with their steps, in batches of short transactions. Scheduled, running and "
-        "blocked runs are never deleted."
+        "Delete runs that reached a final status (completed, failed, stopped, cancelled) "
+        "more than DAYS ago, with their steps and the audit entries that name them, in "
+        "batches of short transactions; then the audit entries older than DAYS that name "
+        "no single run (bulk actions, a runner's runs, earlier prunes). Scheduled, running "
+        "and blocked runs are never deleted. Each prune is itself an audit entry."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -51,16 +58,25 @@ class Command(EverystepCommand):
         parser.add_argument(
             "--dry-run", action="store_true", help="report what would be deleted; delete nothing"
         )
+        parser.add_argument("--reason", default="", help="why, kept in the audit entry")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        cutoff = _cutoff(options["older_than"])
+        days = _days(options["older_than"])
+        cutoff = _cutoff(days, options["older_than"])
         statuses = _statuses(options["status"])
         batch_size = checked_count(options["batch_size"], "--batch-size", MAX_BATCH)
         self.verbosity = options["verbosity"]
         if options["dry_run"]:
             self._report(cutoff, statuses)
-        else:
-            self._prune(cutoff, statuses, batch_size)
+            return
+        entry = audit.record(
+            "prune",
+            Actor.command("everystep_prune"),
+            filter={"older_than_days": days, "statuses": statuses},
+            count=0,
+            reason=checked_text(options["reason"], "--reason"),
+        )
+        self._prune(cutoff, statuses, batch_size, entry)
 
     def _report(self, cutoff: datetime, statuses: list[str]) -> None:
         counts = store.prunable_counts(cutoff, statuses)
@@ -74,13 +90,16 @@ class Command(EverystepCommand):
         for run in sample:
             completed = run.completed_at.isoformat(timespec="seconds") if run.completed_at else "-"
             self.stdout.write(f"  {run.id}  {run.status:<9}  {completed}  {run.name}")
+        self.stdout.write(f"and {audit.prunable(cutoff)} audit entr(ies) naming no single run")
 
-    def _prune(self, cutoff: datetime, statuses: list[str], batch_size: int) -> None:
+    def _prune(
+        self, cutoff: datetime, statuses: list[str], batch_size: int, entry: AuditEntry
+    ) -> None:
         # One transaction per batch, so locks are held for one batch at a time and a
         # worker writing meanwhile never waits behind the whole prune.
         total_runs = total_steps = batches = 0
         while True:
-            runs, steps = store.prune_batch(cutoff, statuses, batch_size)
+            runs, steps = store.prune_batch(cutoff, statuses, batch_size, entry=entry)
             if not runs:
                 break
             batches += 1
@@ -91,15 +110,32 @@ class Command(EverystepCommand):
         self.stdout.write(
             f"deleted {total_runs} run(s) and {total_steps} step(s) in {batches} batch(es)"
         )
+        entries = audit.prune(cutoff, keep=entry)
+        self.stdout.write(f"deleted {entries} audit entr(ies) naming no single run")
+        _log(entry, total_runs, entries)
 
 
-def _cutoff(raw: Any) -> datetime:
+def _log(entry: AuditEntry, runs: int, entries: int) -> None:
+    logger.info(
+        "prune by %s: %d run(s) and %d audit entr(ies) deleted",
+        entry.actor,
+        runs,
+        entries,
+        extra={"event": "ops.prune", "runs": runs, "audit_entries": entries, "user": entry.actor},
+    )
+
+
+def _days(raw: Any) -> float:
     try:
         days = float(raw)
     except (TypeError, ValueError):
         raise CommandError(f"--older-than must be a number of days, not {shown(raw)}") from None
     if not math.isfinite(days) or days <= 0:
         raise CommandError(f"--older-than must be a positive number of days, not {shown(raw)}")
+    return days
+
+
+def _cutoff(days: float, raw: Any) -> datetime:
     try:
         return timezone.now() - timedelta(days=days)
     except OverflowError:

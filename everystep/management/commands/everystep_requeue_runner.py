@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+from uuid import UUID
 
 from django.core.management.base import CommandError, CommandParser
 
 from everystep import conf, store
 from everystep.management.commands._base import EverystepCommand
 from everystep.management.options import checked_text, shown
+from everystep.store.audit import Actor
 from everystep.store.runners import known_runner_names
+
+logger = logging.getLogger("everystep.ops")
 
 
 class Command(EverystepCommand):
@@ -23,6 +28,7 @@ class Command(EverystepCommand):
         parser.add_argument(
             "--force", action="store_true", help="requeue even if the runner's heartbeat is recent"
         )
+        parser.add_argument("--reason", default="", help="why, kept in the audit entry")
 
     def handle(self, *args: Any, **options: Any) -> None:
         name = checked_text(options["name"], "the runner name")
@@ -40,7 +46,10 @@ class Command(EverystepCommand):
                 f"runner {shown(name)} sent a heartbeat {runner.seconds_silent():.0f}s ago and may "
                 "be alive; stop it first, or use --force if you are sure it is dead"
             )
-        ids = store.requeue_runner(name)
+        actor = Actor.command("everystep_requeue_runner")
+        reason = checked_text(options["reason"], "--reason")
+        ids = store.requeue_runner(name, actor=actor, reason=reason)
+        _log(name, ids, actor)
         for run_id in ids:
             self.stdout.write(str(run_id))
         self.stdout.write(f"requeued {len(ids)} run(s) held by {shown(name)}")
@@ -64,4 +73,19 @@ def _check_known(name: str) -> None:
     raise CommandError(
         f"unknown runner {shown(name)}: no heartbeat row and no running run under that "
         f"name ({also})"
+    )
+
+
+def _log(name: str, ids: list[UUID], actor: Actor) -> None:
+    logger.info(
+        "runner %s: requeue of its %d run(s) by %s",
+        name,
+        len(ids),
+        actor.by,
+        extra={
+            "event": "ops.requeue_runner",
+            "runner": name,
+            "run_ids": [str(run_id) for run_id in ids],
+            "user": actor.name,
+        },
     )

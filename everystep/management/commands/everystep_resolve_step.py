@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
@@ -9,7 +10,11 @@ from django.core.management.base import CommandError, CommandParser
 from everystep import store
 from everystep.errors import EverystepError
 from everystep.management.commands._base import EverystepCommand
-from everystep.management.options import checked_run_id
+from everystep.management.options import checked_run_id, checked_text
+from everystep.models import Workflow
+from everystep.store.audit import Actor
+
+logger = logging.getLogger("everystep.ops")
 
 
 class Command(EverystepCommand):
@@ -26,17 +31,42 @@ class Command(EverystepCommand):
         mode.add_argument("--result", metavar="JSON", help="the step's result, as JSON")
         mode.add_argument("--error", metavar="MESSAGE", help="record the step as failed")
         mode.add_argument("--discard", action="store_true", help="forget the start; re-run")
+        parser.add_argument("--reason", default="", help="why, kept in the audit entry")
 
     def handle(self, *args: Any, **options: Any) -> None:
         run_id = checked_run_id(options["run_id"])
         # An empty --result or --error is still that mode (and refused as such).
         mode = next((mode for mode in ("result", "error") if options[mode] is not None), "discard")
         text = options[mode] if mode != "discard" else ""
+        actor = Actor.command("everystep_resolve_step")
+        reason = checked_text(options["reason"], "--reason")
         try:
-            run = store.settle_step(run_id, options["step_id"], mode=mode, text=text)
+            run = store.settle_step(
+                run_id, options["step_id"], mode=mode, text=text, actor=actor, reason=reason
+            )
         except EverystepError as exc:
             raise CommandError(str(exc)) from None
+        _log(run, options["step_id"], mode, actor)
         self.stdout.write(
             f"step {options['step_id']} of run {run.id} settled ({mode}); "
             f"run requeued as {run.status}"
         )
+
+
+def _log(run: Workflow, step_id: str, mode: str, actor: Actor) -> None:
+    logger.info(
+        "run %s: step %s settled (%s) by %s",
+        run.id,
+        step_id,
+        mode,
+        actor.by,
+        extra={
+            "event": "run.step_settled",
+            "run_id": str(run.id),
+            "workflow": run.name,
+            "runner": run.claimed_by,
+            "step_id": step_id,
+            "mode": mode,
+            "user": actor.name,
+        },
+    )

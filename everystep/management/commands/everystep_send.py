@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-import getpass
 import logging
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from everystep import send, store
+from everystep import store
 from everystep.errors import EverystepError
 from everystep.management.commands._base import EverystepCommand
-from everystep.management.options import checked_event_name, checked_json, checked_run_id
+from everystep.management.options import (
+    checked_event_name,
+    checked_json,
+    checked_run_id,
+    checked_text,
+)
+from everystep.store.audit import Actor
 
 logger = logging.getLogger("everystep.ops")
 
@@ -27,18 +32,20 @@ class Command(EverystepCommand):
         parser.add_argument("run_id", help="the run's id (a UUID)")
         parser.add_argument("name", help="the event's name, as the workflow's wait_for() names it")
         parser.add_argument("--payload", metavar="JSON", help="the event's payload (default null)")
+        parser.add_argument("--reason", default="", help="why, kept in the audit entry")
 
     def handle(self, *args: Any, **options: Any) -> None:
         run_id = checked_run_id(options["run_id"])
         name = checked_event_name(options["name"])
         text = options["payload"]
         payload = None if text is None else checked_json(text, "--payload")
-        user = getpass.getuser()
+        actor = Actor.command("everystep_send")
+        reason = checked_text(options["reason"], "--reason")
         try:
-            sent = send(run_id, name, payload)
+            sent = store.send_event(run_id, name, payload, actor=actor, reason=reason)
         except EverystepError as exc:
             raise CommandError(str(exc)) from None
-        self._log(run_id, name, sent, user)
+        self._log(run_id, name, sent, actor)
         if sent:
             self.stdout.write(f"sent {name} to run {run_id}")
         else:
@@ -46,14 +53,14 @@ class Command(EverystepCommand):
                 f"event {name} was already sent to run {run_id}; the first payload stays"
             )
 
-    def _log(self, run_id: str, name: str, sent: bool, user: str) -> None:
+    def _log(self, run_id: str, name: str, sent: bool, actor: Actor) -> None:
         run = store.get_run(run_id)
         logger.info(
-            "run %s: event %s %s by %s (everystep_send)",
+            "run %s: event %s %s by %s",
             run_id,
             name,
             "sent" if sent else "already sent, ignored",
-            user,
+            actor.by,
             extra={
                 "event": "run.event_sent",
                 "run_id": run_id,
@@ -61,6 +68,6 @@ class Command(EverystepCommand):
                 "runner": run.claimed_by if run else None,
                 "event_name": name,
                 "sent": sent,
-                "user": user,
+                "user": actor.name,
             },
         )
