@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from typing import Any
 
@@ -62,10 +63,34 @@ def _on_run_finished(sender: Any, **kwargs: Any) -> None:
     # as a warning; a blocked run needs a human, so it is an error.
     level = {"failed": logging.WARNING, "blocked": logging.ERROR}.get(status, logging.INFO)
     error = kwargs.get("error") or {}
-    detail = f": {error.get('type')}: {error.get('message')}" if error else ""
-    logger.log(
-        level, "run %s (%s) %s%s", kwargs["run_id"], kwargs["workflow"], status, detail, extra=extra
-    )
+    detail = f": {error.get('type')}: {one_line(str(error.get('message')))}" if error else ""
+    headline = f"run {kwargs['run_id']} ({kwargs['workflow']}) {status}{detail}"
+    trace = error.get("traceback")
+    if not isinstance(trace, str):
+        logger.log(level, "%s", headline, extra=extra)
+        return
+    # JSON has the traceback as a field of its own; a text line gets it below the message.
+    extra |= {"traceback": trace, JSON_MESSAGE: headline}
+    logger.log(level, "%s\n%s", headline, continuation(trace), extra=extra)
+
+
+# What starts each line of a multi-line record after its first: a text log's records
+# start with their time, so no line of a traceback (or of a message in it) can be read
+# as a record of its own.
+CONTINUATION = "    | "
+# A record's message for JsonFormatter when its text form adds lines (the traceback).
+JSON_MESSAGE = "_json_message"
+_LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks escaped: a message cannot start a forged record."""
+    return _LINE_BREAKS.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def continuation(text: str) -> str:
+    """``text``'s lines, each behind ``CONTINUATION``."""
+    return "\n".join(CONTINUATION + line for line in text.splitlines())
 
 
 def _on_run_requeued(sender: Any, **kwargs: Any) -> None:
@@ -122,14 +147,15 @@ _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, and every ``extra`` field
-    (``event``, ``run_id``, ``workflow``, ``runner``, ``step_id`` …) at the top level."""
+    (``event``, ``run_id``, ``workflow``, ``runner``, ``step_id``, a failed run's
+    ``traceback`` …) at the top level; the message without the lines a text log adds."""
 
     def format(self, record: logging.LogRecord) -> str:
         payload: dict[str, Any] = {
             "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": getattr(record, JSON_MESSAGE, None) or record.getMessage(),
         }
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
