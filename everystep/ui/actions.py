@@ -1,16 +1,17 @@
 """The UI's write actions on one run: cancel, requeue, settle an uncertain step, send
-an event; and on a dead runner: requeue every run it holds.
+an event, fork a finished run; and on a dead runner: requeue every run it holds.
 
 Each needs an authenticated active staff user holding the matching permission
 (``everystep.cancel_workflow``, ``requeue_workflow``, ``resolve_workflow``,
-``send_event``; a runner's runs: ``requeue_workflow``) — also when the read-only pages
-are public — is a CSRF-protected POST, and is logged with the user.
+``send_event``, ``fork_workflow``; a runner's runs: ``requeue_workflow``) — also when
+the read-only pages are public — is a CSRF-protected POST, is logged with the user, and
+leaves an audit entry naming the user (``everystep.store.audit``).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from django.core.exceptions import PermissionDenied
@@ -21,6 +22,7 @@ from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_POST
 
 from everystep import conf, serde, store
+from everystep.engine.rerun import fork_run
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
 from everystep.store.audit import Actor
@@ -36,6 +38,7 @@ PERMISSIONS = {
     "requeue": "everystep.requeue_workflow",
     "resolve": "everystep.resolve_workflow",
     "send": "everystep.send_event",
+    "fork": "everystep.fork_workflow",
 }
 
 # What the run page says after an action: ``done=<key>`` in its URL.
@@ -45,6 +48,8 @@ DONE = {
     "resolve": "Done: resolve.",
     "send": "Done: event sent.",
     "already-sent": "Event already sent; the first payload stays.",
+    "fork": "Forked: this new run replays the original's records and executes from the step "
+    "it was forked from, under the code installed now.",
 }
 
 
@@ -62,6 +67,8 @@ def allowed_actions(request: HttpRequest, run: Workflow) -> dict[str, bool]:
         "requeue": run.status == Status.RUNNING,
         "resolve": run.status == Status.BLOCKED,
         "send": run.status not in FINAL_STATUSES,
+        # Only a finished run: a live one would race its fork for the same work.
+        "fork": run.status in FINAL_STATUSES,
     }
     return {name: applicable[name] and user.has_perm(perm) for name, perm in PERMISSIONS.items()}
 
@@ -83,7 +90,7 @@ def run_action(request: HttpRequest, run_id: UUID) -> HttpResponse:
         # Going back to the run's page would only say "not found" after a redirect.
         raise Http404(f"no run with id {run_id}")
     try:
-        done, detail = _perform(action, str(run_id), request.POST, actor=Actor.user(user))
+        done = _perform(action, str(run_id), request.POST, actor=Actor.user(user))
     except EverystepError as exc:
         return _back(run_id, error=str(exc))
     logger.info(
@@ -91,36 +98,55 @@ def run_action(request: HttpRequest, run_id: UUID) -> HttpResponse:
         run_id,
         action,
         user.get_username(),
-        detail,
+        done.detail,
         extra={"event": f"ui.{action}", "run_id": str(run_id), "user": user.get_username()},
     )
-    return _back(run_id, done=done)
+    return _back(done.page or run_id, done=done.key)
 
 
-def _perform(action: str, run_id: str, form: Any, *, actor: Actor) -> tuple[str, str]:
-    """Do ``action``: what the run page says next (a key of ``DONE``), and the detail
-    the log line adds."""
+class Done(NamedTuple):
+    """What an action did: what the run page says next (a key of ``DONE``), the detail
+    the log line adds, and the run whose page comes next (default: the one acted on)."""
+
+    key: str
+    detail: str = ""
+    page: UUID | None = None
+
+
+def _perform(action: str, run_id: str, form: Any, *, actor: Actor) -> Done:
+    """Do ``action`` as ``actor``, with the reason the form gives, if any."""
+    reason = serde.storable_text(form.get("reason", ""), "the reason").strip()
     if action == "cancel":
-        store.cancel_run(run_id, actor=actor)
-        return action, ""
+        store.cancel_run(run_id, actor=actor, reason=reason)
+        return Done(action)
     if action == "requeue":
-        store.requeue_one(run_id, actor=actor)
-        return action, ""
+        store.requeue_one(run_id, actor=actor, reason=reason)
+        return Done(action)
     if action == "send":
-        return _send(run_id, form, actor)
+        return _send(run_id, form, actor, reason)
+    if action == "fork":
+        return _fork(run_id, form, actor)
     step_id, mode = form.get("step_id", ""), form.get("mode", "")
-    store.settle_step(run_id, step_id, mode=mode, text=form.get("value", ""), actor=actor)
-    return action, f" (step {step_id}: {mode})"
+    text = form.get("value", "")
+    store.settle_step(run_id, step_id, mode=mode, text=text, actor=actor, reason=reason)
+    return Done(action, f" (step {step_id}: {mode})")
 
 
-def _send(run_id: str, form: Any, actor: Actor) -> tuple[str, str]:
+def _send(run_id: str, form: Any, actor: Actor, reason: str) -> Done:
     name = serde.storable_text(form.get("name", ""), "the event name")
     text = form.get("payload", "").strip()
     # An empty payload field sends null, as everystep.send(run_id, name) does.
     payload = serde.parse_json(text, "the payload") if text else None
-    if store.send_event(run_id, name, payload, actor=actor):
-        return "send", f" (event {name})"
-    return "already-sent", f" (event {name}, already sent: ignored)"
+    if store.send_event(run_id, name, payload, actor=actor, reason=reason):
+        return Done("send", f" (event {name})")
+    return Done("already-sent", f" (event {name}, already sent: ignored)")
+
+
+def _fork(run_id: str, form: Any, actor: Actor) -> Done:
+    # Empty: fork_run's default point, the first step that failed or has no outcome.
+    from_step = serde.storable_text(form.get("from_step", ""), "the step id").strip() or None
+    new = fork_run(run_id, from_step=from_step, actor=actor)
+    return Done("fork", f" (new run {new.id}, from step {new.forked_from_step})", new.id)
 
 
 def _back(run_id: UUID, **params: str) -> HttpResponseRedirect:
