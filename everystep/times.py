@@ -15,6 +15,9 @@ from datetime import UTC, datetime
 from django.conf import settings
 from django.utils import timezone
 
+# The longest time a datetime-local or ISO 8601 field can sensibly hold.
+TIME_MAX_LENGTH = 40
+
 
 def project_time(value: datetime) -> datetime:
     """``value`` in the project's form: a naive time is read in the current time zone
@@ -41,3 +44,19 @@ def from_row(value: datetime | str) -> datetime:
     if settings.USE_TZ and timezone.is_naive(value):
         return value.replace(tzinfo=UTC)
     return value
+
+
+def parse_moment(text: str) -> datetime:
+    """A time an operator writes (the runs page's filters, the bulk commands' flags):
+    ``YYYY-MM-DD`` or ``YYYY-MM-DDTHH:MM[:SS]`` in the current time zone, or with an
+    explicit UTC offset; as an aware datetime, to the second. ``ValueError`` if ``text``
+    is not such a time."""
+    if len(text) > TIME_MAX_LENGTH:
+        raise ValueError(f"a time is at most {TIME_MAX_LENGTH} characters")
+    try:
+        moment = aware(datetime.fromisoformat(text).replace(microsecond=0))
+        # Far-off years overflow here rather than later, in a query.
+        timezone.localtime(moment)
+    except OverflowError as exc:
+        raise ValueError(str(exc)) from None
+    return moment

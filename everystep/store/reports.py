@@ -93,7 +93,7 @@ def list_runs(
     ``limit`` runs just above it (still newest first), so a page never shifts when new
     runs arrive meanwhile.
     """
-    runs = _filtered(status=status, name=name, runner=runner, parent=parent).defer(*_PAYLOADS)
+    runs = filtered_runs(status=status, name=name, runner=runner, parent=parent).defer(*_PAYLOADS)
     runs = runs.filter(**id_bounds(created_after, created_before, older_than, newer_than))
     upward = newer_than is not None and older_than is None
     parts = [runs] if search is None else search_parts(runs, search)
@@ -106,13 +106,14 @@ def list_runs(
     return nearest[::-1] if upward else nearest
 
 
-def _filtered(
+def filtered_runs(
     *,
     status: str | None = None,
     name: str | None = None,
     runner: str | None = None,
     parent: UUID | None = None,
 ) -> WorkflowQuerySet:
+    """The runs the runs list's filters keep (bulk actions use the same ones)."""
     runs: WorkflowQuerySet = Workflow.objects.all()
     if status is not None:
         runs = runs.filter(status=status)
@@ -314,7 +315,7 @@ def status_counts(
     workflow; ``claimed_by, status, name`` for a runner), so the runs page costs the same
     with a million finished runs as with a thousand.
     """
-    runs = _filtered(name=name, runner=runner, parent=parent)
+    runs = filtered_runs(name=name, runner=runner, parent=parent)
     runs = runs.filter(**id_bounds(created_after, created_before))
     return {status: _capped_count(runs.filter(status=status), cap) for status in Status.values}
 
@@ -349,7 +350,7 @@ def run_family(
         parent = Workflow.objects.defer(*_PAYLOADS).filter(id=run.parent_id).first()
     if not children:
         return Family(parent, [], 0)
-    started = _filtered(parent=run.id)
+    started = filtered_runs(parent=run.id)
     first = list(started.defer(*_PAYLOADS).order_by("id")[:limit])
     # Fewer than asked for: that is all of them, no second statement.
     count = len(first) if len(first) < limit else _capped_count(started, cap)

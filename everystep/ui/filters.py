@@ -18,13 +18,11 @@ from django.utils import timezone
 from everystep import serde
 from everystep.errors import EverystepError
 from everystep.models import Status
-from everystep.times import aware
+from everystep.times import parse_moment
 
 FILTER_MAX_LENGTH = 255
 # Text from the query string echoed in a notice is cut to this many characters.
 NOTICE_MAX_LENGTH = 500
-# The longest time a datetime-local or ISO 8601 field can sensibly hold.
-TIME_MAX_LENGTH = 40
 # The longest text a run id can be written as (a URN with braces is shorter).
 RUN_ID_MAX_LENGTH = 64
 
@@ -142,18 +140,15 @@ def _moment(request: HttpRequest, param: str, found: RunsQuery) -> datetime | No
         return None
     what = param.replace("_", " ")
     try:
-        if len(text) > TIME_MAX_LENGTH:
-            raise ValueError
-        moment = aware(datetime.fromisoformat(text).replace(microsecond=0))
-        # Far-off years overflow here rather than later, in a query.
-        local = timezone.localtime(moment)
-    except (ValueError, OverflowError):
+        moment = parse_moment(text)
+    except ValueError:
         found.notices.append(
             f"The {what} time {clipped(serde.printable(text))!r} ignored; "
             "write it as YYYY-MM-DD or YYYY-MM-DDTHH:MM."
         )
         return None
     # Written back in the project's time zone, as the datetime-local field takes it.
+    local = timezone.localtime(moment)
     shown = local.replace(tzinfo=None).isoformat("T", "minutes" if local.second == 0 else "seconds")
     found.query[param] = found.shown[param] = shown
     return moment
