@@ -1,0 +1,91 @@
+"""Bulk fork: fork every finished run a filter matches (the UI's bulk action, and
+``everystep_fork`` with filter flags).
+
+Each fork is its own replay check and its own transaction (``fork_run``), so the runs are
+forked one by one, read a batch of ids at a time (``store.bulk.for_each_batch``); a run
+``fork_run`` refuses (its workflow is not installed here, its fork would fail on replay)
+is counted and the others go on. One ``bulk_fork`` audit entry counts the forks, made
+with the first and counted up with each one after it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from everystep.errors import EverystepError
+from everystep.models import AuditEntry
+from everystep.store import audit
+from everystep.store.audit import Actor
+from everystep.store.bulk import DEFAULT_BATCH_SIZE, RunFilter, for_each_batch
+
+logger = logging.getLogger("everystep.ops")
+
+# A bulk fork's result keeps this many of its refusals' reasons.
+REASONS_KEPT = 5
+
+
+@dataclass
+class BulkForked:
+    """What a bulk fork did: runs forked, runs refused, and the first refusals' reasons
+    (``run <id>: why``)."""
+
+    forked: int = 0
+    refused: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+
+def bulk_fork(
+    run_filter: RunFilter,
+    actor: Actor,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    from_step: str | None = None,
+) -> BulkForked:
+    """Fork each finished run that matches (``fork_run``: from ``from_step``, by default
+    the first step that failed or has no outcome), counting the forks and the runs it
+    refused."""
+    done = BulkForked()
+    entry: AuditEntry | None = None
+    for batch in for_each_batch(run_filter, batch_size, action="fork"):
+        for run_id in batch:
+            if _fork(run_id, from_step, done):
+                entry = _counted(entry, actor, run_filter, run_id)
+    if entry is None:  # nothing forked: the action is on record all the same
+        audit.record("bulk_fork", actor, filter=run_filter.as_json(), count=0)
+    logger.info(
+        "bulk fork by %s (filter %s): %d run(s) forked, %d refused",
+        actor.by,
+        run_filter,
+        done.forked,
+        done.refused,
+        extra={"event": "ops.bulk_fork", "forked": done.forked, "refused": done.refused},
+    )
+    return done
+
+
+def _fork(run_id: UUID, from_step: str | None, done: BulkForked) -> bool:
+    # Imported when used: the fork's replay check loads for a fork only, not for the
+    # pages and commands that import this module to offer one.
+    from everystep.engine.rerun import fork_run
+
+    try:
+        # No actor: the bulk entry stands for every fork, not one entry per run.
+        fork_run(run_id, from_step=from_step)
+    except EverystepError as exc:
+        done.refused += 1
+        if len(done.reasons) < REASONS_KEPT:
+            done.reasons.append(f"run {run_id}: {exc}")
+        return False
+    done.forked += 1
+    return True
+
+
+def _counted(
+    entry: AuditEntry | None, actor: Actor, run_filter: RunFilter, run: UUID
+) -> AuditEntry:
+    if entry is None:
+        return audit.record("bulk_fork", actor, run_ids=[run], filter=run_filter.as_json())
+    audit.add_count(entry, 1, [run])
+    return entry

@@ -1,0 +1,269 @@
+"""Acting on every run a filter matches: bulk cancel and bulk requeue here, bulk fork in
+``everystep.engine.bulk_fork`` (over ``for_each_batch``).
+
+However many runs match, none of this is one transaction or one list in memory: the runs
+are walked in id order by keyset paging (the next batch starts after the last id of the
+one before, never at an OFFSET), and each batch is changed in a short transaction of its
+own, so workers go on writing meanwhile and a crash keeps the batches already done. The
+filter is the runs page's (``store.list_runs``): the same columns, the same time window
+as an id range.
+
+Runs created after the action began are left alone: a bulk fork would otherwise meet its
+own forks further up the ids, and a cancel would chase runs scheduled while it ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.db import connection, transaction
+from django.db.models import F
+
+from everystep.errors import EverystepError
+from everystep.models import FINAL_STATUSES, AuditEntry, Status, Workflow, WorkflowQuerySet, uuid7
+from everystep.serde import encode_error
+from everystep.store import audit, awaits
+from everystep.store.audit import Actor
+from everystep.store.reports import filtered_runs, id_bounds
+from everystep.store.runs import cancel_children
+from everystep.store.wake import notify_due
+
+DEFAULT_BATCH_SIZE = 1000
+# Far above what a short transaction should lock, and below every database's limit on
+# the parameters of one statement (the ids of a batch are parameters of its UPDATE).
+MAX_BATCH_SIZE = 10_000
+# No run has this id (uuid7 ids carry a time): the SQLite write lock's statement.
+_NO_RUN = UUID(int=0)
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """Which runs a bulk action touches: the runs list's filters, all of them that are
+    given. ``created_after`` is inclusive and ``created_before`` exclusive, as on the runs
+    page. At least one is required, so that "every run" is never what a forgotten flag
+    means: name a status to act on every run in it."""
+
+    workflow: str | None = None
+    status: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    runner: str | None = None
+    parent: UUID | None = None
+
+    def __post_init__(self) -> None:
+        if all(getattr(self, given.name) is None for given in fields(self)):
+            raise EverystepError(
+                "a bulk action needs a filter (workflow, status, created after or before, "
+                "runner, parent); to act on every run in a status, name that status"
+            )
+        if self.status is not None and self.status not in Status.values:
+            raise EverystepError(
+                f"unknown status {self.status!r}; valid: {', '.join(Status.values)}"
+            )
+
+    def runs(self) -> WorkflowQuerySet:
+        """The matching runs, as a queryset (nothing is read yet)."""
+        runs = filtered_runs(
+            status=self.status, name=self.workflow, runner=self.runner, parent=self.parent
+        )
+        return runs.filter(**id_bounds(self.created_after, self.created_before))
+
+    def as_json(self) -> dict[str, str]:
+        """The filters given, as JSON-ready text (an audit entry's ``filter``)."""
+        return {
+            given.name: _text(getattr(self, given.name))
+            for given in fields(self)
+            if getattr(self, given.name) is not None
+        }
+
+    def __str__(self) -> str:
+        """The filters given, as ``workflow=… status=…``: how messages name them."""
+        return " ".join(f"{name}={value}" for name, value in self.as_json().items())
+
+
+def _text(value: Any) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
+def _running(runs: WorkflowQuerySet) -> WorkflowQuerySet:
+    return runs.filter(status=Status.RUNNING)
+
+
+def _finished(runs: WorkflowQuerySet) -> WorkflowQuerySet:
+    return runs.filter(status__in=FINAL_STATUSES)
+
+
+Rule = Callable[[WorkflowQuerySet], WorkflowQuerySet]
+# The matching runs each action can change: a cancel ends unfinished runs, a requeue
+# takes back running ones, a fork copies finished ones.
+RULES: dict[str, Rule] = {
+    "cancel": WorkflowQuerySet.unfinished,
+    "requeue": _running,
+    "fork": _finished,
+}
+
+
+def _targets(run_filter: RunFilter, action: str | None) -> WorkflowQuerySet:
+    runs = run_filter.runs()
+    return runs if action is None else RULES[action](runs)
+
+
+def count(run_filter: RunFilter, action: str | None = None, *, cap: int | None = None) -> int:
+    """How many runs match, and with ``action`` (a key of ``RULES``), how many of them it
+    would change; with ``cap``, counting stops at ``cap + 1`` (a value above ``cap``
+    means "more than ``cap``")."""
+    runs = _targets(run_filter, action).order_by()
+    return runs.count() if cap is None else runs.values("id")[: cap + 1].count()
+
+
+def for_each_batch(
+    run_filter: RunFilter, batch_size: int = DEFAULT_BATCH_SIZE, *, action: str | None = None
+) -> Iterator[list[UUID]]:
+    """The ids of the matching runs (with ``action``: those it would change), in id
+    order, ``batch_size`` at a time. Each batch is read when the one before has been
+    used, starting after its last id: runs that stop or start matching meanwhile shift
+    nothing."""
+    _check_batch_size(batch_size)
+    runs = _targets(run_filter, action).filter(id__lt=uuid7())
+    last: UUID | None = None
+    while True:
+        ids = _page(runs, last, batch_size)
+        if ids:
+            yield ids
+        if len(ids) < batch_size:
+            return
+        last = ids[-1]
+
+
+def bulk_cancel(
+    run_filter: RunFilter,
+    actor: Actor,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    reason: str = "",
+) -> int:
+    """Cancel every unfinished run that matches, and their unfinished children (as
+    ``store.cancel_run`` does); the number of matching runs cancelled (children that
+    do not match are not counted). One ``bulk_cancel`` audit entry counts them."""
+    error = encode_error(EverystepError(f"cancelled by {actor.by}"))
+
+    def cancel(ids: list[UUID]) -> None:
+        Workflow.objects.filter(id__in=ids).finish(Status.CANCELLED, error=error)
+
+    def after(ids: list[UUID]) -> None:
+        # After the batch's commit, as cancel_run does: no lock on a parent is held
+        # while its children's rows are locked (see ``awaits``).
+        awaits.ended([*ids, *cancel_children(ids, actor)])
+
+    action = _Action("cancel", cancel, after)
+    return _act(action, run_filter, actor, batch_size, reason)
+
+
+def bulk_requeue(
+    run_filter: RunFilter,
+    actor: Actor,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    reason: str = "",
+) -> int:
+    """Put every ``running`` run that matches back to ``scheduled`` (as
+    ``store.requeue_one`` does: its holder's late writes are refused by the fence); the
+    number requeued. One ``bulk_requeue`` audit entry counts them."""
+
+    def requeue(ids: list[UUID]) -> None:
+        Workflow.objects.filter(id__in=ids).requeue()
+        notify_due()
+
+    action = _Action("requeue", requeue, None)
+    return _act(action, run_filter, actor, batch_size, reason)
+
+
+@dataclass(frozen=True)
+class _Action:
+    """A bulk action: its name (a key of ``RULES``), the change (on a batch's locked
+    ids, in its transaction), and what follows each batch's commit."""
+
+    name: str
+    change: Callable[[list[UUID]], None]
+    after: Callable[[list[UUID]], None] | None
+
+
+def _act(action: _Action, run_filter: RunFilter, actor: Actor, batch_size: int, reason: str) -> int:
+    _check_batch_size(batch_size)
+    runs = _targets(run_filter, action.name).filter(id__lt=uuid7())
+    entry: AuditEntry | None = None
+    touched = 0
+    last: UUID | None = None
+    while True:
+        with transaction.atomic():
+            # The batch is read again under lock with the filter and the rule: a run
+            # that changed status since it was counted is skipped, not an error, and
+            # the UPDATE changes exactly the runs locked.
+            ids = _page(runs, last, batch_size, locked=True)
+            if ids:
+                action.change(ids)
+                entry = _counted(entry, f"bulk_{action.name}", actor, run_filter, ids, reason)
+        if ids and action.after is not None:
+            action.after(ids)
+        touched += len(ids)
+        if len(ids) < batch_size:
+            break
+        last = ids[-1]
+    if entry is None:  # nothing matched: the action is on record all the same
+        filtered = run_filter.as_json()
+        audit.record(f"bulk_{action.name}", actor, filter=filtered, count=0, reason=reason)
+    return touched
+
+
+def _page(
+    runs: WorkflowQuerySet, after: UUID | None, size: int, *, locked: bool = False
+) -> list[UUID]:
+    """The next ``size`` ids of ``runs`` after ``after``; ``locked``: their rows locked
+    for the caller's transaction."""
+    if after is not None:
+        runs = runs.filter(id__gt=after)
+    if locked:
+        _take_write_lock()
+        runs = runs.select_for_update()
+    return list(runs.order_by("id").values_list("id", flat=True)[:size])
+
+
+def _take_write_lock() -> None:
+    # SQLite has no row locks (select_for_update does nothing there), and a transaction
+    # that reads and then writes fails at once ("database is locked") if another
+    # connection wrote in between. A write first takes the database's write lock for the
+    # whole transaction; an UPDATE that matches no row takes it just the same.
+    if connection.vendor == "sqlite":
+        Workflow.objects.filter(id=_NO_RUN).update(status=F("status"))
+
+
+def _counted(
+    entry: AuditEntry | None,
+    action: str,
+    actor: Actor,
+    run_filter: RunFilter,
+    ids: list[UUID],
+    reason: str,
+) -> AuditEntry:
+    """The action's audit entry after one more batch, in that batch's transaction: made
+    with the first batch, counted up with each one after it."""
+    if entry is None:
+        return audit.record(
+            action,
+            actor,
+            run_ids=ids,
+            filter=run_filter.as_json(),
+            count=len(ids),
+            reason=reason,
+        )
+    audit.add_count(entry, len(ids), ids)
+    return entry
+
+
+def _check_batch_size(batch_size: int) -> None:
+    if not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise EverystepError(f"the batch size must be from 1 to {MAX_BATCH_SIZE}, not {batch_size}")
