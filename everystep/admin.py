@@ -1,5 +1,5 @@
-"""Read-only admin for runs and their steps: everystep rows are written by the engine
-and by explicit operator commands only."""
+"""Read-only admin for runs, their steps and the audit trail: everystep rows are written
+by the engine and by explicit operator commands only."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from everystep.models import Step, Workflow
+from everystep.models import AuditEntry, Step, Workflow
 
 
 class ReadOnlyMixin:
@@ -46,4 +46,14 @@ class StepAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_filter = ("status",)
     search_fields = ("=workflow__id", "name")
     readonly_fields = tuple(field.name for field in Step._meta.fields)
+    show_full_result_count = False
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ("at", "actor", "via", "action", "run", "count")
+    list_filter = ("action", "via")
+    search_fields = ("=run__id", "actor")
+    ordering = ("-id",)
+    readonly_fields = tuple(field.name for field in AuditEntry._meta.fields)
     show_full_result_count = False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from everystep.ui import actions, views
+from everystep.ui import actions, audit, views
 
 app_name = "everystep"
 
@@ -14,4 +14,5 @@ urlpatterns = [
     path("runs/<uuid:run_id>/action/", actions.run_action, name="run-action"),
     path("runners/", views.runners, name="runners"),
     path("runners/requeue/", actions.runner_requeue, name="runner-requeue"),
+    path("audit/", audit.entries, name="audit"),
 ]
