@@ -25,6 +25,8 @@ class StepOutline:
     status: str
     started_at: datetime
     finished_at: datetime | None
+    # Who settled its outcome by hand (then ``finished_at`` is when), or None.
+    settled_by: str | None
 
 
 _OUTLINE_FIELDS = [f.name for f in fields(StepOutline)]

@@ -1,5 +1,6 @@
 """A run among the runs around it, on its page: the run whose body started it (its
-parent) and the runs its own body started (its children, ``everystep.start``), and the
+parent) and the runs its own body started (its children, ``everystep.start``), the run
+it was forked from and the runs forked from it (``everystep.fork``), and the
 runs a composition step names in the step table: the child an ``everystep.start``
 record started, the runs an ``everystep.result`` or ``everystep.gather`` record awaits.
 """
@@ -16,6 +17,7 @@ from django.utils.html import format_html, format_html_join
 from everystep.engine.children import START
 from everystep.engine.results import GATHER, RESULT
 from everystep.models import StepStatus, Workflow
+from everystep.store.lineage import run_lineage
 from everystep.store.reports import run_family
 from everystep.store.step_pages import StepOutline
 from everystep.ui.filters import parse_run_id
@@ -24,6 +26,8 @@ from everystep.ui.run_table import count_label, run_rows
 # Children listed on a run's page, the first started first; the runs list, filtered by
 # parent, pages through all of them.
 CHILDREN_SHOWN = 50
+# Forks linked from a run's page, the first made first.
+FORKS_SHOWN = 20
 # Runs linked from one step's row; the step's JSON details list every one.
 LINKED_SHOWN = 10
 
@@ -42,6 +46,20 @@ def family_context(found: Workflow, with_children: bool) -> dict[str, Any]:
         "child_runs": f"{count_label(count)} child run{'' if count == 1 else 's'}",
         "children_cut": count > len(family.children),
         "children_href": f"{reverse('everystep:runs')}?{query.urlencode()}",
+        **fork_context(found),
+    }
+
+
+def fork_context(found: Workflow) -> dict[str, Any]:
+    """The run ``found`` was forked from (and at which step) and the first runs forked
+    from it, for ``run.html``."""
+    lineage = run_lineage(found, FORKS_SHOWN)
+    return {
+        "forked_from": lineage.origin,
+        # The step it executes from; None when the fork replays every copied record.
+        "forked_from_step": found.forked_from_step,
+        "forks": lineage.forks,
+        "forks_more": lineage.more,
     }
 
 

@@ -20,19 +20,22 @@ from django.http import HttpRequest, QueryDict
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
+from everystep import serde
 from everystep.models import Status, Workflow
 from everystep.store.step_pages import StepOutline, StepRow, step_outlines, step_rows
 from everystep.ui.actions import uncertain_steps
 from everystep.ui.family import started_children, step_runs
 from everystep.ui.graph import build_graph, collapse
 from everystep.ui.run_table import run_hrefs
-from everystep.ui.timeline import build_timeline, format_duration, time_html
+from everystep.ui.timeline import build_timeline, format_duration, settled_html, time_html
 
 STEPS_PER_PAGE = 100
 # The graph and timeline of a run stop at this many steps (a notice says so).
 STEPS_MAX = 10_000
 # Lanes of the timeline at most, even for ``?steps=all``: a page's worth.
 TIMELINE_MAX = STEPS_PER_PAGE
+# Characters of a step's error message in its row (a message can be megabytes).
+MESSAGE_SHOWN = 300
 # A mark per step status, so a status is a shape as well as a colour (as in _mark.html).
 MARKS = {"done": "✓", "failed": "✗", "started": "◔"}
 
@@ -99,6 +102,7 @@ def steps_context(
     shown = graph if whole_graph else collapse(graph, attrgetter("status"))
     href = run_hrefs()
     return {
+        **outcome_context(found, outlines, pretty),
         "step_notices": notices,
         "started_children": started_children(outlines, cut=len(outlines) >= STEPS_MAX),
         "uncertain_steps": uncertain_steps(outlines),
@@ -111,6 +115,45 @@ def steps_context(
         "timeline_span": format_duration(timeline.span),
         "timeline_cut": len(rows) > TIMELINE_MAX,
     }
+
+
+def outcome_context(
+    found: Workflow, outlines: list[StepOutline], pretty: Callable[[Any], str]
+) -> dict[str, Any]:
+    """What the run page shows under a run's error: the error's fields without its
+    traceback (``error_fields_json``), the traceback (collapsed), and where a blocked or
+    stopped run stopped (``stopped_at``)."""
+    error = found.error if isinstance(found.error, dict) else {}
+    return {
+        "error_fields_json": pretty(_without_traceback(found.error)),
+        "run_traceback": _traceback(error),
+        "stopped_at": stopped_at(found.status, error, [step.step_id for step in outlines]),
+    }
+
+
+def stopped_at(status: str, error: dict[str, Any], step_ids: list[str]) -> str | None:
+    """The step a blocked run waits on, or a stopped run stopped at: the step its error
+    names (the uncertain step, the step that raised ``Terminal``), else for a stop in
+    the body the last step recorded (``step_ids`` in the order they started)."""
+    if status not in (Status.BLOCKED, Status.STOPPED):
+        return None
+    named = error.get("step_id")
+    if isinstance(named, str):
+        return named
+    return step_ids[-1] if status == Status.STOPPED and step_ids else None
+
+
+def _traceback(error: Any) -> str:
+    trace = error.get("traceback") if isinstance(error, dict) else None
+    # printable: a row is read as it is stored, whoever wrote it.
+    return serde.printable(trace) if isinstance(trace, str) else ""
+
+
+def _without_traceback(error: Any) -> Any:
+    # Shown apart, as text: in the JSON it would be one line of escaped newlines.
+    if isinstance(error, dict) and "traceback" in error:
+        return {key: value for key, value in error.items() if key != "traceback"}
+    return error
 
 
 def _read(
@@ -186,17 +229,24 @@ def _href(request: HttpRequest, **changes: str) -> str:
 STEP_ROW = (
     '<tr id="step-{id}"><td><code>{id}</code></td><td>{name}{runs}</td>'
     '<td><span class="es-badge es-{status}">{status}</span></td><td>{started}</td>'
-    '<td>{finished}</td><td class="es-num">{duration}</td><td><details><summary>JSON'
+    '<td>{finished}</td><td class="es-num">{duration}</td><td>{error}<details><summary>JSON'
     '<span class="es-sr"> of step {id}</span></summary><pre class="es-json">{detail}</pre>'
-    "</details></td></tr>"
+    "</details>{traceback}</td></tr>"
+)
+STEP_ERROR = '<p class="es-error"><code>{type}</code>: {message}</p>'
+STEP_TRACEBACK = (
+    '<details class="es-traceback"><summary>Traceback<span class="es-sr"> of step {id}</span>'
+    '</summary><pre class="es-trace">{text}</pre></details>'
 )
 
 
 def _row(
     step: StepRow, pretty: Callable[[Any], str], zone: tzinfo, href: Callable[[Any], str]
 ) -> SafeString:
-    took = step.finished_at - step.started_at if step.finished_at is not None else None
     detail = {"args": step.args, "kwargs": step.kwargs, "result": step.result}
+    if step.error is not None:
+        detail["error"] = _without_traceback(step.error)
+    trace = _traceback(step.error)
     return mark_safe(
         STEP_ROW.format(
             id=escape(step.step_id),
@@ -206,11 +256,32 @@ def _row(
             status=escape(step.status),
             started=time_html(step.started_at, zone),
             finished=time_html(step.finished_at, zone),
-            duration=escape(format_duration(took)),
-            detail=escape(
-                pretty(detail | ({"error": step.error} if step.error is not None else {}))
-            ),
+            duration=_took(step, zone),
+            error=_step_error(step.error),
+            detail=escape(pretty(detail)),
+            traceback=STEP_TRACEBACK.format(id=escape(step.step_id), text=escape(trace))
+            if trace
+            else "",
         )
+    )
+
+
+def _took(step: StepRow, zone: tzinfo) -> str:
+    """The duration cell: how long the step took, or who settled it and when."""
+    if step.settled_by is not None:
+        return settled_html(step.settled_by, step.finished_at, zone)
+    took = step.finished_at - step.started_at if step.finished_at is not None else None
+    return escape(format_duration(took))
+
+
+def _step_error(error: Any) -> str:
+    if not isinstance(error, dict) or not error.get("type"):
+        return ""
+    message = serde.printable(str(error.get("message", "")))
+    if len(message) > MESSAGE_SHOWN:  # all of it is in the step's JSON
+        message = message[: MESSAGE_SHOWN - 1] + "…"
+    return STEP_ERROR.format(
+        type=escape(serde.printable(str(error["type"]))), message=escape(message)
     )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from typing import Generic, Protocol, TypeVar
 
+from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 
@@ -100,3 +101,10 @@ def time_html(value: datetime | None, zone: tzinfo) -> SafeString:
     # An ISO 8601 text holds digits and "-:.+T" only: nothing to escape.
     iso = value.astimezone(zone).isoformat()
     return mark_safe(TIME.format(iso=iso, text=f"{iso[:10]} {iso[11:19]}"))
+
+
+def settled_html(by: str, at: datetime | None, zone: tzinfo) -> SafeString:
+    """ "settled by alice (UI) at <time>": what a step settled by an operator shows in
+    place of a duration (its span is how long it waited for a human, not how long it
+    took)."""
+    return format_html("settled by {} at {}", by, time_html(at, zone))
