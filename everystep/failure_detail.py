@@ -58,6 +58,18 @@ def stop_step(exc: BaseException) -> str | None:
     return step_id if isinstance(step_id, str) else None
 
 
+def stopped_at(status: str, error: dict[str, Any], step_ids: list[str]) -> str | None:
+    """The step a blocked run waits on, or a stopped run stopped at: the step its error
+    names (the uncertain step, the step that raised ``Terminal``), else for a stop in
+    the body the last step recorded (``step_ids`` in the order they started)."""
+    if status not in ("blocked", "stopped"):
+        return None
+    named = error.get("step_id")
+    if isinstance(named, str):
+        return named
+    return step_ids[-1] if status == "stopped" and step_ids else None
+
+
 def traceback_text(exc: BaseException) -> str | None:
     """``exc``'s traceback and its chained causes, compact but not yet ``bounded``; None
     for an exception that was never raised (nothing to show but its message)."""

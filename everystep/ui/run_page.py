@@ -20,7 +20,7 @@ from django.http import HttpRequest, QueryDict
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
-from everystep import serde
+from everystep import failure_detail, serde
 from everystep.models import Status, Workflow
 from everystep.store.step_pages import StepOutline, StepRow, step_outlines, step_rows
 from everystep.ui.actions import uncertain_steps
@@ -127,20 +127,10 @@ def outcome_context(
     return {
         "error_fields_json": pretty(_without_traceback(found.error)),
         "run_traceback": _traceback(error),
-        "stopped_at": stopped_at(found.status, error, [step.step_id for step in outlines]),
+        "stopped_at": failure_detail.stopped_at(
+            found.status, error, [step.step_id for step in outlines]
+        ),
     }
-
-
-def stopped_at(status: str, error: dict[str, Any], step_ids: list[str]) -> str | None:
-    """The step a blocked run waits on, or a stopped run stopped at: the step its error
-    names (the uncertain step, the step that raised ``Terminal``), else for a stop in
-    the body the last step recorded (``step_ids`` in the order they started)."""
-    if status not in (Status.BLOCKED, Status.STOPPED):
-        return None
-    named = error.get("step_id")
-    if isinstance(named, str):
-        return named
-    return step_ids[-1] if status == Status.STOPPED and step_ids else None
 
 
 def _traceback(error: Any) -> str:

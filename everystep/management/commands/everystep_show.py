@@ -10,9 +10,11 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from everystep import serde, store
+from everystep.failure_detail import stopped_at
 from everystep.management.commands._base import EverystepCommand
 from everystep.management.options import checked_run_id, wait_json, wait_text
 from everystep.models import Status, Step, Workflow
+from everystep.store.lineage import Lineage, run_lineage
 from everystep.store.reports import Family, run_family, run_wait
 
 # Step results and errors are summarised to one line of about this many characters; the
@@ -23,15 +25,20 @@ SUMMARY = 80
 VALUE_SUMMARY = 2000
 # Child runs listed, the first started first; ``everystep_runs --parent`` lists them all.
 CHILDREN_SHOWN = 20
+# Forks listed, the first made first.
+FORKS_SHOWN = 20
 
 
 class Command(EverystepCommand):
     help = (
         "Show one run: arguments, status (and what it waits for, if it is not due yet), "
-        "result or error, timestamps, runner, the run that started it (its parent) and the "
-        f"runs it started (its children: how many, and the first {CHILDREN_SHOWN}), and its "
-        "steps in the order they started. --json prints all that, unabridged but for "
-        "the children (their count and the first ones)."
+        "result or error (with its traceback), where a blocked or stopped run stopped, "
+        "timestamps, runner, the run that started it (its parent) and the runs it started "
+        f"(its children: how many, and the first {CHILDREN_SHOWN}), the run it was forked "
+        f"from and its forks (the first {FORKS_SHOWN}), and its steps in the order they "
+        "started (a settled step: who settled it and when), then the tracebacks of its "
+        "failed steps. --json prints all that, unabridged but for the children and forks "
+        "(the first ones)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -46,19 +53,23 @@ class Command(EverystepCommand):
         steps = store.run_steps(run.id)
         # Counted exactly: one run's children, counted once, for a human who asked.
         family = run_family(run, CHILDREN_SHOWN, cap=None)
+        lineage = run_lineage(run, FORKS_SHOWN)
         if options["json"]:
-            self.stdout.write(json.dumps(run_detail(run, steps, family), indent=2))
+            self.stdout.write(json.dumps(run_detail(run, steps, family, lineage), indent=2))
         else:
-            self._text(run, steps, family)
+            self._text(run, steps, family, lineage)
 
-    def _text(self, run: Workflow, steps: list[Step], family: Family) -> None:
+    def _text(self, run: Workflow, steps: list[Step], family: Family, lineage: Lineage) -> None:
         wait = run_wait(run)
+        where = _stopped_at(run, steps)
         fields = [
             ("run", str(run.id)),
             ("workflow", run.name),
             ("status", run.status),
             *([("wait", wait_text(wait, _when))] if wait is not None else []),
             *([("parent", _parent_text(family.parent))] if family.parent is not None else []),
+            *([("forked_from", _origin_text(run, lineage))] if run.forked_from_id else []),
+            *([(f"{run.status}_at", f"step {where}")] if where is not None else []),
             ("args", _cut(_json(run.args))),
             ("claimed_by", run.claimed_by or "-"),
             ("created_at", _when(run.created_at)),
@@ -71,10 +82,27 @@ class Command(EverystepCommand):
             fields.append(("result", _cut(_json(run.result))))
         for label, value in fields:
             self.stdout.write(f"{label:<13} {value}")
+            if label == "error":
+                self._traceback(run.error, " " * 14)
         if family.child_count:
             self._children(run, family)
+        if lineage.forks:
+            self._forks(lineage)
         self.stdout.write(f"steps ({len(steps)}):")
         self._table([_step_cells(step) for step in steps])
+        for step in steps:
+            if _traceback(step.error):
+                self.stdout.write(f"traceback of step {step.step_id}:")
+                self._traceback(step.error, "    ")
+
+    def _traceback(self, error: Any, indent: str) -> None:
+        """The traceback stored with ``error``, each line behind ``indent``."""
+        for line in _traceback(error).splitlines():
+            self.stdout.write(indent + line)
+
+    def _forks(self, lineage: Lineage) -> None:
+        self.stdout.write(f"forks ({len(lineage.forks)}{' and more' if lineage.more else ''}):")
+        self._table([[str(fork.id), fork.status, fork.name] for fork in lineage.forks])
 
     def _children(self, run: Workflow, family: Family) -> None:
         self.stdout.write(f"children ({family.child_count}):")
@@ -93,9 +121,12 @@ class Command(EverystepCommand):
             self.stdout.write("  " + "  ".join([*padded, row[-1]]))
 
 
-def run_detail(run: Workflow, steps: list[Step], family: Family) -> dict[str, Any]:
-    """Everything recorded about a run, as JSON-ready values, with its parent and (the
-    first of) its children."""
+def run_detail(
+    run: Workflow, steps: list[Step], family: Family, lineage: Lineage
+) -> dict[str, Any]:
+    """Everything recorded about a run, as JSON-ready values (its error with its
+    ``traceback``), with its parent, (the first of) its children, the run it was forked
+    from and (the first of) its forks."""
     return {
         "id": str(run.id),
         "name": run.name,
@@ -114,6 +145,12 @@ def run_detail(run: Workflow, steps: list[Step], family: Family) -> dict[str, An
         "parent": None if family.parent is None else _brief(family.parent),
         "children_count": family.child_count,
         "children": [_brief(child) for child in family.children],
+        "forked_from": None if lineage.origin is None else _brief(lineage.origin),
+        "forked_from_id": None if run.forked_from_id is None else str(run.forked_from_id),
+        "forked_from_step": run.forked_from_step,
+        "forks": [_brief(fork) for fork in lineage.forks],
+        "forks_more": lineage.more,
+        "stopped_at": _stopped_at(run, steps),
         "steps": [_step_detail(step) for step in steps],
     }
 
@@ -126,6 +163,22 @@ def _parent_text(parent: Workflow) -> str:
     return f"{parent.id} {parent.name} ({parent.status})"
 
 
+def _origin_text(run: Workflow, lineage: Lineage) -> str:
+    origin = lineage.origin
+    text = f"{run.forked_from_id} (pruned)" if origin is None else _parent_text(origin)
+    return text + (f" at step {run.forked_from_step}" if run.forked_from_step else "")
+
+
+def _stopped_at(run: Workflow, steps: list[Step]) -> str | None:
+    error = run.error if isinstance(run.error, dict) else {}
+    return stopped_at(run.status, error, [step.step_id for step in steps])
+
+
+def _traceback(error: Any) -> str:
+    trace = error.get("traceback") if isinstance(error, dict) else None
+    return serde.printable(trace) if isinstance(trace, str) else ""
+
+
 def _step_detail(step: Step) -> dict[str, Any]:
     return {
         "step_id": step.step_id,
@@ -134,6 +187,7 @@ def _step_detail(step: Step) -> dict[str, Any]:
         "started_at": _iso(step.started_at),
         "finished_at": _iso(step.finished_at),
         "duration": _duration(step),
+        "settled_by": step.settled_by,
         "result": step.result,
         "error": step.error,
     }
@@ -155,13 +209,21 @@ def _step_cells(step: Step) -> list[str]:
         step.status,
         _when(step.started_at),
         _when(step.finished_at),
-        "-" if duration is None else f"{duration:.3f}s",
+        _took(step, duration),
         _clip(outcome),
     ]
 
 
+def _took(step: Step, duration: float | None) -> str:
+    if step.settled_by is not None:
+        return f"settled by {serde.printable(step.settled_by)} at {_when(step.finished_at)}"
+    return "-" if duration is None else f"{duration:.3f}s"
+
+
 def _duration(step: Step) -> float | None:
-    if step.finished_at is None:
+    """How long the step took; None without an outcome, or with one an operator gave
+    (its span is the wait for a human, not a duration)."""
+    if step.finished_at is None or step.settled_by is not None:
         return None
     return (step.finished_at - step.started_at).total_seconds()
 
