@@ -57,18 +57,51 @@ def parse(url: str) -> dict[str, Any]:
 
 
 def mask_password(url: str) -> str:
-    """``url`` with the password replaced by ``***``, for logs and the config check.
+    """``url`` for display: the password and every secret-bearing query value replaced by
+    ``***``, for logs and the config check. Only for a URL that ``parse`` accepts: an
+    unparseable value is never shown at all (see ``everystep_runner.settings``).
 
     Deliberately cruder than a URL parser: it masks everything between the user name and
     the last ``@``, so a password holding an unescaped ``/``, ``?`` or ``#`` (which a
     parser would split into the path) is still hidden. Over-masking only affects display.
     """
     scheme, sep, rest = url.partition("://")
-    at = rest.rfind("@")
-    if not sep or at == -1:
+    if not sep:
         return url
-    user, colon, _ = rest[:at].partition(":")
-    return f"{scheme}://{user}:{MASK}@{rest[at + 1 :]}" if colon else url
+    at = rest.rfind("@")
+    user, colon, _ = rest[:at].partition(":") if at != -1 else ("", "", "")
+    if colon:
+        masked = f"{user}:{MASK}@"
+        return f"{scheme}://{masked}{_mask_query(rest[at + 1 :])}"
+    return f"{scheme}://{_mask_query(rest)}"
+
+
+# Query keys whose value is a secret, or a path to one: the drivers take ``password``,
+# ``sslpassword``, ``passfile``, ``sslkey`` and more as connection options (``_options``
+# passes every key on), and a key naming a secret, token or key is masked whatever its
+# backend calls it.
+SECRET_WORDS = ("pass", "secret", "token", "key")
+
+
+def is_secret_key(key: str) -> bool:
+    """True for a query key whose value must not be displayed."""
+    key = unquote(key).lower()
+    return any(word in key for word in SECRET_WORDS)
+
+
+def _mask_query(rest: str) -> str:
+    # Everything after the first "?" is the query, and after the first "#" the fragment:
+    # an "@" or "?" inside a value must not move either start. ``parse`` never uses a
+    # fragment, so it is hidden whole rather than judged.
+    rest, hash_mark, _ = rest.partition("#")
+    head, question_mark, query = rest.partition("?")
+    pairs = "&".join(_mask_pair(pair) for pair in query.split("&")) if question_mark else ""
+    return f"{head}{question_mark}{pairs}{hash_mark and '#' + MASK}"
+
+
+def _mask_pair(pair: str) -> str:
+    key, equals, _ = pair.partition("=")
+    return f"{key}={MASK}" if equals and is_secret_key(key) else pair
 
 
 def _sqlite(netloc: str, path: str) -> dict[str, Any]:

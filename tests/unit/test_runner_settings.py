@@ -501,11 +501,12 @@ def test_config_role_prints_every_setting(
 
 
 def test_bad_database_url_message_masks_password(env: Callable[..., None]) -> None:
-    """An unsupported database URL is reported without its password."""
+    """An unsupported database URL is reported without the URL (issue 21: never echoed)."""
     env(EVERYSTEP_DATABASE_URL="redis://u:hunter2@h/0")
     assert config_error() == (
         "database_url: expected a URL whose scheme is one of postgres, postgresql, mysql, "
-        "mariadb, sqlite, got 'redis://u:***@h/0' (from env EVERYSTEP_DATABASE_URL)"
+        "mariadb, sqlite, got a value not shown here (it may hold a password) "
+        "(from env EVERYSTEP_DATABASE_URL)"
     )
 
 
