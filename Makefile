@@ -24,7 +24,7 @@ TOOLS := checkov==3.3.30 kubernetes-validate==1.37.0
 K8S_VERSION ?= 1.37.0
 
 .PHONY: demo test lint docs unit quickstart integration modes compat browser image image-test \
-	compose-check install install-dev clean manifest-check install-tools
+	image-constraints compose-check install install-dev clean manifest-check install-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -105,11 +105,21 @@ image:
 	podman build --format docker --build-arg BASE_IMAGE=$(BASE_IMAGE) $(IMAGE_BUILD_FLAGS) \
 		-t $(IMAGE) .
 
+# image/constraints.txt (what the image installs) refreshed from an unpinned build: the
+# newest releases the floors admit. Review the diff, run `make image-test`, commit.
+image-constraints:
+	podman build --format docker --build-arg BASE_IMAGE=$(BASE_IMAGE) \
+		--build-arg CONSTRAINTS=/dev/null $(IMAGE_BUILD_FLAGS) -t $(IMAGE)-unpinned .
+	{ grep '^#' image/constraints.txt; podman run --rm --entrypoint /opt/everystep/bin/pip \
+		$(IMAGE)-unpinned freeze --all | grep -v ' @ ' | LC_ALL=C sort -f; } > image/constraints.new
+	mv image/constraints.new image/constraints.txt
+
 image-test: install-dev image
 	EVERYSTEP_TEST_IMAGE=$(IMAGE) EVERYSTEP_TEST_BASE_IMAGE=$(BASE_IMAGE) $(BIN)/pytest tests/image
 
+# compose.yaml requires DJANGO_SECRET_KEY; a throwaway one is enough to check the file.
 compose-check: install-dev
-	$(BIN)/podman-compose -f compose.yaml config >/dev/null
+	DJANGO_SECRET_KEY=compose-check-only $(BIN)/podman-compose -f compose.yaml config >/dev/null
 
 install-tools:
 	test -x $(VENV_TOOLS)/bin/python || $(PYTHON) -m venv $(VENV_TOOLS)

@@ -43,6 +43,8 @@ def load(settings: RunnerSettings, environ: Mapping[str, str] | None = None) -> 
     module = settings_module(settings, environ)
     if str(project_dir) not in sys.path:
         sys.path.insert(0, str(project_dir))
+    from django.core.exceptions import ImproperlyConfigured
+
     try:
         importlib.import_module(module)
     except ImportError as exc:
@@ -50,6 +52,8 @@ def load(settings: RunnerSettings, environ: Mapping[str, str] | None = None) -> 
             f"cannot import settings module {module!r} from {project_dir}: {exc} (is the "
             "project mounted at the project directory, and the module name right?)"
         ) from None
+    except ImproperlyConfigured as exc:  # a settings module refusing its environment
+        raise ProjectError(f"settings module {module!r}: {exc}") from None
     os.environ["DJANGO_SETTINGS_MODULE"] = module
     _apply_overrides(settings)
     import django

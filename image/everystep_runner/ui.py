@@ -9,6 +9,14 @@ from gunicorn.app.base import BaseApplication
 
 from everystep_runner.settings import RunnerSettings
 
+# Threads per gunicorn worker. Gunicorn's sync workers serve one connection each, so as
+# many slow clients as workers (two half-sent requests) hung every page and /healthz until
+# the worker timeout. A gthread worker waits for a request's first bytes without a thread
+# and holds one only while reading and answering it: up to workers * THREADS slow clients
+# at once still leave /healthz answering. A public UI still belongs behind a buffering
+# proxy (docs/security.md).
+THREADS = 8
+
 
 class UIServer(BaseApplication):
     """Gunicorn with its configuration taken from the runner settings, no config file."""
@@ -17,6 +25,8 @@ class UIServer(BaseApplication):
         self.options = {
             "bind": settings.ui_bind,
             "workers": settings.ui_workers,
+            "worker_class": "gthread",
+            "threads": THREADS,
             "timeout": settings.ui_timeout,
             "graceful_timeout": settings.ui_timeout,
             "accesslog": "-",

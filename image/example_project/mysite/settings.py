@@ -1,13 +1,44 @@
-"""A minimal Django project using everystep. The runner's database_url setting
-(EVERYSTEP_DATABASE_URL) replaces the SQLite default below."""
+"""A minimal Django project using everystep, as deployed: `manage.py check --deploy` passes
+with DJANGO_SECRET_KEY set (tests/integration/test_example_deploy_check.py). The runner's
+database_url setting (EVERYSTEP_DATABASE_URL) replaces the SQLite default below.
+
+Environment: DJANGO_SECRET_KEY (required: no fallback, so no deployment runs on a key that
+is in a public repository), DJANGO_ALLOWED_HOSTS (comma-separated, default localhost and
+127.0.0.1), EXAMPLE_HTTPS (default 1: served behind a TLS-terminating proxy; compose.yaml's
+localhost-only evaluation stack sets 0 to serve plain HTTP)."""
 
 from __future__ import annotations
 
 import os
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-project-not-secret")
+from django.core.exceptions import ImproperlyConfigured
+
+try:
+    SECRET_KEY = os.environ["DJANGO_SECRET_KEY"]
+except KeyError:
+    raise ImproperlyConfigured(
+        "DJANGO_SECRET_KEY is not set: give the example project a long random secret "
+        "(python -c 'import secrets; print(secrets.token_urlsafe(50))')"
+    ) from None
 DEBUG = False
-ALLOWED_HOSTS = ["*"]
+ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1").split(",")
+
+# HTTPS: the proxy in front terminates TLS and says so in X-Forwarded-Proto (it must set
+# or strip that header, or a client could claim HTTPS). The probes stay plain HTTP: the
+# image's HEALTHCHECK and a pod's probes call them on the container's own address.
+HTTPS = os.environ.get("EXAMPLE_HTTPS", "1") != "0"
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if HTTPS else None
+SECURE_SSL_REDIRECT = HTTPS
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SESSION_COOKIE_SECURE = HTTPS
+CSRF_COOKIE_SECURE = HTTPS
+SECURE_HSTS_SECONDS = 31_536_000 if HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
+# HSTS preloading is a commitment for a whole domain, made by its owner, not by an example.
+SILENCED_SYSTEM_CHECKS = ["security.W021"]
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
 USE_TZ = True
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -20,10 +51,13 @@ INSTALLED_APPS = [
     "shop",
 ]
 MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 ROOT_URLCONF = "mysite.urls"
 TEMPLATES = [
