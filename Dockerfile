@@ -9,6 +9,9 @@
 #
 # Wheel source: PIP_INDEX_URL for a mirror; for a build without PyPI, put wheels in
 # image/wheels/ and pass --build-arg PIP_FIND_LINKS=/src/image/wheels --build-arg PIP_NO_INDEX=1.
+# Versions: image/constraints.txt pins every installed distribution (pip and setuptools too),
+# so two builds of one commit hold the same code; `make image-constraints` refreshes it
+# from an unpinned build (CONSTRAINTS=/dev/null): docs/security.md.
 # checkov:skip=CKV_DOCKER_7: the base is the BASE_IMAGE build arg, tagged 3.12-slim by default; checkov cannot see through the variable
 ARG BASE_IMAGE=docker.io/library/python:3.12-slim
 
@@ -17,6 +20,7 @@ ARG PIP_CERT=""
 ARG PIP_INDEX_URL=""
 ARG PIP_FIND_LINKS=""
 ARG PIP_NO_INDEX=""
+ARG CONSTRAINTS=/src/image/constraints.txt
 ENV DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 # mysqlclient is the one driver without a wheel: it builds against libmariadb here.
 # Python headers come with the official image; a Debian python3 needs python3-dev.
@@ -29,13 +33,15 @@ RUN python3 -m venv /opt/everystep
 COPY pyproject.toml README.md LICENSE /src/
 COPY everystep /src/everystep
 COPY image /src/image
-# Empty build args must not reach pip as empty settings.
+# Empty build args must not reach pip as empty settings. The build backend is installed
+# from the constraints too and used without build isolation, so it is pinned as well.
 RUN set -eu; \
     for var in PIP_CERT PIP_INDEX_URL PIP_FIND_LINKS PIP_NO_INDEX; do \
         eval "[ -n \"\${$var}\" ] || unset $var"; \
     done; \
-    /opt/everystep/bin/pip install --upgrade pip; \
-    /opt/everystep/bin/pip install "/src[postgres,mysql,metrics,sentry]" /src/image; \
+    /opt/everystep/bin/pip install -c "$CONSTRAINTS" --upgrade pip setuptools; \
+    /opt/everystep/bin/pip install -c "$CONSTRAINTS" --no-build-isolation \
+        "/src[postgres,mysql,metrics,sentry]" /src/image; \
     /opt/everystep/bin/python -c "import MySQLdb, psycopg, sqlite3, everystep_runner.cli"
 
 FROM ${BASE_IMAGE}
@@ -64,6 +70,9 @@ RUN set -eu; \
     mkdir -p /home/everystep /app /etc/everystep; \
     chgrp -R 0 /home/everystep /etc/everystep; \
     chmod -R g=u /home/everystep /etc/everystep
+# The worker's probes and metrics listen on every interface of the container (the library's
+# default is 127.0.0.1): a pod's probes and Prometheus reach it there, and what is published
+# beyond the container is the deployment's choice (docs/running/runner-image.md).
 # Nothing at run time writes outside /tmp (the demo's database, temporary files; gunicorn's
 # heartbeat files go to /dev/shm), so the image runs with a read-only root filesystem and
 # no capabilities: docs/running/hardened.md.
@@ -72,6 +81,7 @@ ENV PATH=/opt/everystep/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/home/everystep \
     EVERYSTEP_METRICS_PORT=9117 \
+    EVERYSTEP_METRICS_BIND=0.0.0.0 \
     EVERYSTEP_DEMO_DATA=/tmp/everystep-demo
 USER 10001
 WORKDIR /app
