@@ -237,6 +237,8 @@ def test_ui_cancel_is_recorded_with_the_user_and_the_reason(client):
     """A UI action's entry names the Django user, via the UI, with the form's reason."""
     run = schedule(wf.sequential, 1, 1)
     client.force_login(staff("cancel_workflow"))
+    page = client.get(reverse("everystep:run", args=[run.id])).content.decode()
+    assert '<label>Reason <input type="text" name="reason"' in page
     assert act(client, run, action="cancel", reason="duplicate order").status_code == 302
     entry = the_entry()
     assert (entry.action, entry.actor, entry.via) == ("cancel", "operator", "ui")
