@@ -8,12 +8,14 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, overload
 
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, CommandParser
 
 from everystep import serde
 from everystep.errors import EverystepError
-from everystep.models import Event
+from everystep.models import Event, Status
+from everystep.store import bulk
 from everystep.store.reports import RunWait
+from everystep.times import parse_moment
 
 # An argument echoed in an error message is cut to this many characters, so a pasted
 # megabyte still gives a one-line message.
@@ -119,3 +121,110 @@ def wait_json(wait: RunWait | None) -> dict[str, Any] | None:
         return None
     until = None if wait.until is None else wait.until.isoformat()
     return {"kind": wait.kind, "until": until, "events": wait.events or None}
+
+
+# --- filters: acting on every run they match (bulk actions) ------------------------------
+
+FILTER_FLAGS = ("workflow", "status", "created_after", "created_before", "runner", "parent")
+
+
+def add_filter_arguments(parser: CommandParser) -> None:
+    """The runs list's filters, ``--dry-run`` and ``--batch-size``: for a command that
+    acts on one run by id or, with these flags instead, on every run they match."""
+    group = parser.add_argument_group("bulk: every run these filters match, instead of a run id")
+    group.add_argument("--workflow", metavar="NAME", help="runs of this workflow")
+    group.add_argument("--status", help=f"runs in this status ({', '.join(Status.values)})")
+    time = "YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS], the project's time zone unless an offset is given"
+    group.add_argument(
+        "--created-after", metavar="TIME", help=f"runs created at or after TIME ({time})"
+    )
+    group.add_argument("--created-before", metavar="TIME", help="runs created before TIME")
+    group.add_argument("--runner", metavar="NAME", help="runs claimed by this runner")
+    group.add_argument("--parent", metavar="RUN_ID", help="the runs this run's body started")
+    group.add_argument(
+        "--dry-run", action="store_true", help="print how many runs match; change nothing"
+    )
+    group.add_argument(
+        "--batch-size",
+        type=int,
+        metavar="N",
+        help=f"runs per transaction (default {bulk.DEFAULT_BATCH_SIZE:,})",
+    )
+
+
+def run_or_filter(options: dict[str, Any]) -> str | bulk.RunFilter:
+    """The run id (``options["run_id"]``) or the filter the flags give, checked: one of
+    them, never both, never neither. A ``CommandError`` says what is wrong."""
+    run_id = options.get("run_id")
+    bulk_flags = [flag for flag in (*FILTER_FLAGS, "batch_size") if options.get(flag) is not None]
+    if options.get("dry_run"):
+        bulk_flags.append("dry_run")
+    if run_id is not None and bulk_flags:
+        shown_flags = ", ".join("--" + flag.replace("_", "-") for flag in bulk_flags)
+        raise CommandError(f"give a run id or filter flags, not both (a run id and {shown_flags})")
+    if run_id is not None:
+        return checked_run_id(run_id)
+    if not bulk_flags:
+        raise CommandError(
+            "give a run id, or filter flags (--workflow, --status, --created-after, "
+            "--created-before, --runner, --parent) to act on every run they match"
+        )
+    return run_filter(options)
+
+
+def run_filter(options: dict[str, Any]) -> bulk.RunFilter:
+    """The filter the flags give, checked (a ``CommandError`` names the flag)."""
+    status = _filter_text(options, "status")
+    if status is not None and status not in Status.values:
+        raise CommandError(f"unknown status {shown(status)}; valid: {', '.join(Status.values)}")
+    after = _moment(options, "created_after")
+    before = _moment(options, "created_before")
+    if after is not None and before is not None and after >= before:
+        raise CommandError("--created-after must be earlier than --created-before")
+    parent = options.get("parent")
+    try:
+        return bulk.RunFilter(
+            workflow=_filter_text(options, "workflow"),
+            status=status,
+            created_after=after,
+            created_before=before,
+            runner=_filter_text(options, "runner"),
+            parent=None if parent is None else uuid.UUID(checked_run_id(parent)),
+        )
+    except EverystepError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def batch_size(options: dict[str, Any]) -> int:
+    """``--batch-size``, checked; the default when not given."""
+    given = options.get("batch_size")
+    if given is None:
+        return bulk.DEFAULT_BATCH_SIZE
+    return checked_count(given, "--batch-size", bulk.MAX_BATCH_SIZE)
+
+
+def _filter_text(options: dict[str, Any], name: str) -> str | None:
+    flag = "--" + name.replace("_", "-")
+    value = checked_text(options.get(name), flag)
+    if value is not None and not value.strip():
+        raise CommandError(f"{flag} is empty")
+    return value
+
+
+def _moment(options: dict[str, Any], name: str) -> datetime | None:
+    text = _filter_text(options, name)
+    if text is None:
+        return None
+    try:
+        return parse_moment(text.strip())
+    except ValueError:
+        flag = "--" + name.replace("_", "-")
+        raise CommandError(
+            f"{flag} {shown(text)} is not a time: write YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS] "
+            "(the project's time zone), or add a UTC offset (+02:00)"
+        ) from None
+
+
+def runs_text(count: int) -> str:
+    """``"1 run"``, ``"1,234 runs"``."""
+    return f"{count:,} run" + ("" if count == 1 else "s")
