@@ -1,36 +1,29 @@
 """Read-only pages: the most recent runs, one run (steps, graph, timeline), the runners.
 
-Every page needs an active staff user; anonymous and non-staff users are sent to the
-admin login (``settings.LOGIN_URL`` when the admin is not mounted). Run arguments and
-results are private by default: ``EVERYSTEP_UI_PUBLIC = True`` (exactly ``True``, read
-at each request) opens the pages to everyone, for a UI that sits behind its own
-authentication. The views call the store and build a context, nothing more.
+Every page needs an active staff user (``access.ui_view``). Run arguments and results
+are private by default: ``EVERYSTEP_UI_PUBLIC = True`` opens the pages to everyone, for
+a UI that sits behind its own authentication. The views call the store and build a
+context, nothing more.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import string
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from django.conf import settings
-from django.contrib.admin.views.decorators import staff_member_required
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
-from django.shortcuts import redirect, render, resolve_url
-from django.urls import NoReverseMatch, reverse
+from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.cache import never_cache
-from django.views.decorators.csrf import ensure_csrf_cookie
-from django.views.decorators.http import require_safe
 
 from everystep import conf, serde, store
 from everystep.models import Status, Workflow
 from everystep.store.reports import ID_PREFIX_MIN, run_wait
-from everystep.ui import actions, filters, run_page
+from everystep.ui import actions, bulk, filters, run_page
+from everystep.ui.access import ui_view
 from everystep.ui.family import family_context
 from everystep.ui.filters import clipped as _clipped
 from everystep.ui.run_table import count_label, run_hrefs, run_rows, span
@@ -45,31 +38,6 @@ REFRESH_SECONDS = 5
 JSON_MAX_LENGTH = 100_000
 # JSON up to this many characters is shown on one line, longer values indented.
 JSON_ONE_LINE = 80
-
-View = Callable[..., HttpResponse]
-
-
-def _login_url() -> str:
-    try:
-        return reverse("admin:login")
-    except NoReverseMatch:
-        return resolve_url(settings.LOGIN_URL)
-
-
-def ui_view(view: View) -> View:
-    """Staff only unless ``EVERYSTEP_UI_PUBLIC is True``; GET/HEAD only; never cached;
-    sets the CSRF cookie."""
-
-    @functools.wraps(view)
-    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if conf.ui_public():
-            return view(request, *args, **kwargs)
-        checked = staff_member_required(view, login_url=_login_url())
-        return checked(request, *args, **kwargs)
-
-    # ensure_csrf_cookie: the action forms' tokens need the cookie, which nothing else
-    # sets in a project that left CsrfViewMiddleware out (the actions still check it).
-    return never_cache(require_safe(ensure_csrf_cookie(guarded)))
 
 
 def _refresh(request: HttpRequest) -> int | None:
@@ -114,7 +82,8 @@ def runs(request: HttpRequest) -> HttpResponse:
         asked.notices.append(_no_match(asked.search))
     context = {
         "nav": "runs",
-        "notices": asked.notices,
+        "notices": [*bulk.done_notices(request), *asked.notices],
+        "bulk": bulk.offers(request, asked),
         "refresh_seconds": _refresh(request),
         "statuses": Status.values,
         "all_href": _runs_link(asked.query, status=None),
