@@ -50,10 +50,11 @@ def test_subprocess_check_can_see_django_when_imported() -> None:
 
 def test_public_names_are_exported() -> None:
     """``__all__`` lists exactly the public API, durable waits, ``send``, the patch
-    functions and composition included."""
+    functions, composition and ``fork`` included."""
     assert sorted(everystep.__all__) == [
         "Terminal",
         "deprecate_patch",
+        "fork",
         "gather",
         "parallel",
         "patched",
