@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "image" / "example_project"
 IMAGE = os.environ.get("EVERYSTEP_TEST_IMAGE", "localhost/everystep-runner:test")
 PG = os.environ.get("EVERYSTEP_TEST_PG_URL", "postgres://postgres@127.0.0.1:5432")
+# The example project has no fallback key (issue 21): one per test session.
+SECRET_KEY = secrets.token_urlsafe(50)
 # Every container the tests start runs as docs/running/hardened.md says: a
 # read-only root with only /tmp writable, no capabilities, no gaining privileges. podman
 # would otherwise also make /run and /var/tmp writable, which Docker and Kubernetes don't.
@@ -135,6 +138,7 @@ def containers() -> Iterator[list[str]]:
 def host_runner(database: Database, *command: str) -> subprocess.CompletedProcess:
     """The runner on the host, with the example project, against the test database."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVERYSTEP_")}
+    env["DJANGO_SECRET_KEY"] = SECRET_KEY
     return subprocess.run(
         [
             sys.executable,

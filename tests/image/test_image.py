@@ -11,6 +11,7 @@ import pytest
 
 from tests.image.conftest import (
     EXAMPLE,
+    SECRET_KEY,
     Database,
     assert_hardened,
     host_runner,
@@ -63,8 +64,11 @@ def start(
 
 
 def project_env(database: Database, **more: str) -> dict[str, str]:
+    """The example project on the test database, served over plain HTTP as in compose."""
     return {
         "DJANGO_SETTINGS_MODULE": "mysite.settings",
+        "DJANGO_SECRET_KEY": SECRET_KEY,
+        "EXAMPLE_HTTPS": "0",
         "EVERYSTEP_DATABASE_URL": database.url,
         **more,
     }
@@ -129,7 +133,7 @@ def test_mounted_toml_configures_the_worker(image, database, containers, tmp_pat
         containers,
         image,
         "es-toml-worker",
-        env={},
+        env={"DJANGO_SECRET_KEY": SECRET_KEY},
         extra=("-v", f"{toml}:/etc/everystep/runner.toml:ro"),
     )
     wait_for(lambda: completed_by(database, "toml-worker") == 4, 120, "4 runs", name)
@@ -200,7 +204,10 @@ def test_demo_role_serves_the_ui(image, containers):
     """`demo` runs the bundled project on SQLite with a worker and serves the UI."""
     port = free_port()
     podman("rm", "-f", "-t", "0", "es-demo", check=False)
-    run("-d", "--name", "es-demo", "-p", f"127.0.0.1:{port}:8000", image, "demo")
+    # Inside its own network namespace the demo must listen on 0.0.0.0 to be published;
+    # the port is published on the host's loopback only.
+    bind = ("--ui-bind", "0.0.0.0:8000")
+    run("-d", "--name", "es-demo", "-p", f"127.0.0.1:{port}:8000", image, *bind, "demo")
     containers.append("es-demo")
 
     def page() -> str | None:
