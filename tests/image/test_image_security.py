@@ -81,6 +81,9 @@ def test_demo_listens_on_loopback_and_worker_probes_on_all_interfaces(image, con
     podman("rm", "-f", "-t", "0", "es-demo-bind", check=False)
     run("-d", "--name", "es-demo-bind", image, "demo")
     containers.append("es-demo-bind")
+    # Its own network namespace: the sockets read below are the container's alone.
+    host_config = json.loads(podman("inspect", "es-demo-bind").stdout)[0]["HostConfig"]
+    assert host_config["NetworkMode"] == "bridge"
     wanted = {("127.0.0.1", 8000), ("0.0.0.0", 9117)}
     sockets = wait_for(
         lambda: (found := listening("es-demo-bind")) >= wanted and found,
@@ -93,12 +96,17 @@ def test_demo_listens_on_loopback_and_worker_probes_on_all_interfaces(image, con
     assert exit_code("es-demo-bind") == 0
 
 
-def test_demo_refuses_a_database_url_in_the_image(image, database: Database):
+def test_demo_refuses_a_database_url_in_the_image(image, database: Database, containers):
     """`demo` with EVERYSTEP_DATABASE_URL (as a compose file might leave it) exits 2 at
     once and writes nothing to that database."""
     host_runner(database, "migrate", "--noinput", "-v", "0")
+    # Named, on free ports: a demo that does not refuse is found and removed at teardown.
+    containers.append("es-demo-refuses")
     env = ("-e", f"EVERYSTEP_DATABASE_URL={database.url}")
-    result = run("--rm", "--network", "host", *env, image, "demo", check=False, timeout=120)
+    env += ("-e", f"EVERYSTEP_METRICS_PORT={free_port()}")
+    args = ("--name", "es-demo-refuses", "--network", "host", *env, image)
+    bind = ("--ui-bind", f"127.0.0.1:{free_port()}")
+    result = run("--rm", *args, *bind, "demo", check=False, timeout=60)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "refusing to start: database_url is set (from env EVERYSTEP_DATABASE_URL)" in (
         result.stderr
