@@ -5,6 +5,7 @@ database secret, nor an unparseable URL, from any source."""
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import sqlite3
 import subprocess
@@ -57,7 +58,7 @@ def real_database(tmp_path: Path) -> str:
     """A SQLite file of the example project holding one scheduled run; its URL."""
     url = f"sqlite:///{tmp_path / 'real.sqlite3'}"
     project = ("--project-dir", str(EXAMPLE), "--settings-module", "mysite.settings")
-    env = runner_env(tmp_path)
+    env = runner_env(tmp_path, DJANGO_SECRET_KEY=secrets.token_urlsafe(50))
     schedule = (
         "from everystep import schedule; from shop.workflows import fulfil; schedule(fulfil, 7)"
     )
