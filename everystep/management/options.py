@@ -1,4 +1,5 @@
-"""Argument checks, and the wording of waits, shared by everystep's management commands."""
+"""Argument checks, the wording of waits, and the filter flags of the bulk actions
+(``add_filter_arguments``, ``run_or_filter``), shared by everystep's management commands."""
 
 from __future__ import annotations
 
