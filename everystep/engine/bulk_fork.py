@@ -1,11 +1,12 @@
 """Bulk fork: fork every finished run a filter matches (the UI's bulk action, and
 ``everystep_fork`` with filter flags).
 
-Each fork is its own replay check and its own transaction (``fork_run``), so the runs are
-forked one by one, read a batch of ids at a time (``store.bulk.for_each_batch``); a run
-``fork_run`` refuses (its workflow is not installed here, its fork would fail on replay)
-is counted and the others go on. One ``bulk_fork`` audit entry counts the forks, made
-with the first and counted up with each one after it.
+Each fork is its own replay check and its own transaction (``fork_run``, with its count
+in the audit entry), so the runs are forked one by one, read a batch of ids at a time
+(``store.bulk.for_each_batch``); a run ``fork_run`` refuses (its workflow is not
+installed here, its fork would fail on replay) is counted and the others go on. One
+``bulk_fork`` audit entry counts the forks, made with the first and counted up with
+each one after it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from uuid import UUID
+
+from django.db import transaction
 
 from everystep.errors import EverystepError
 from everystep.models import AuditEntry
@@ -50,8 +53,11 @@ def bulk_fork(
     entry: AuditEntry | None = None
     for batch in for_each_batch(run_filter, batch_size, action="fork"):
         for run_id in batch:
-            if _fork(run_id, from_step, done):
-                entry = _counted(entry, actor, run_filter, run_id)
+            # The fork and its count in the entry commit together: the entry never
+            # counts a fork that is not there, nor misses one that is.
+            with transaction.atomic():
+                if _fork(run_id, from_step, done):
+                    entry = _counted(entry, actor, run_filter, run_id)
     if entry is None:  # nothing forked: the action is on record all the same
         audit.record("bulk_fork", actor, filter=run_filter.as_json(), count=0)
     logger.info(

@@ -215,3 +215,23 @@ def test_json_args_are_stored_as_schedule_stores_them():
     original = failed_checkout()
     fork = everystep.fork(original, args=[1, 3])
     assert fork.args == json.loads("[1, 3]")
+
+
+def test_the_command_forks_every_finished_run_a_filter_matches():
+    """--dry-run counts and writes nothing; then one fork per failed run of the workflow,
+    a run still scheduled left alone, one bulk_fork entry."""
+    failed = [failed_checkout(order=n) for n in (1, 2, 3)]
+    waiting = schedule(wf.checkout, 9, 9)
+    name = wf.checkout.__everystep_workflow__.name
+    runs = Workflow.objects.count()
+    output = fork_command("--workflow", name, "--status", "failed", "--dry-run")
+    assert output.startswith("3 runs match") and Workflow.objects.count() == runs
+    output = fork_command("--workflow", name, "--status", "failed", "--batch-size", "2")
+    assert output.startswith("forked 3 runs")
+    forks = Workflow.objects.filter(forked_from__in=failed)
+    assert forks.count() == 3 and not Workflow.objects.filter(forked_from=waiting).exists()
+    assert AuditEntry.objects.get(action="bulk_fork").count == 3
+    with pytest.raises(CommandError, match="give a run id with it"):
+        fork_command("--status", "failed", "--args", "[1, 2]")
+    with pytest.raises(CommandError, match="not both"):
+        fork_command(str(failed[0].id), "--status", "failed")

@@ -1,5 +1,6 @@
 """``manage.py everystep_fork RUN_ID [--from-step ID] [--args JSON]``: re-run a finished
-run from a step, under the code installed now (``everystep.fork``)."""
+run from a step, under the code installed now (``everystep.fork``); or, with the runs
+list's filters instead of an id, every finished run they match."""
 
 from __future__ import annotations
 
@@ -7,10 +8,19 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from everystep.engine.bulk_fork import bulk_fork
 from everystep.engine.rerun import fork_run
 from everystep.errors import EverystepError
 from everystep.management.commands._base import EverystepCommand
-from everystep.management.options import checked_json, checked_run_id, checked_text
+from everystep.management.options import (
+    add_filter_arguments,
+    batch_size,
+    checked_json,
+    checked_text,
+    run_or_filter,
+    runs_text,
+)
+from everystep.store import bulk
 from everystep.store.audit import Actor
 
 _JSON_KINDS = {dict: "object", str: "string", int: "number", float: "number", bool: "boolean"}
@@ -22,11 +32,14 @@ class Command(EverystepCommand):
         "copies of the original's records made before --from-step (default: the first "
         "step that failed or has no outcome), so only the work from there on executes, "
         "under the code installed now. The original is left as it was. Refused, with the "
-        "reason and nothing written, when the fork would fail on replay."
+        "reason and nothing written, when the fork would fail on replay. With filter "
+        "flags instead of a run id: every finished run they match, one fork each, in "
+        "batches (--dry-run prints how many); a run whose fork is refused is counted and "
+        "skipped."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("run_id", help="the finished run's id (a UUID)")
+        parser.add_argument("run_id", nargs="?", help="the finished run's id (a UUID)")
         parser.add_argument(
             "--from-step",
             metavar="ID",
@@ -37,25 +50,52 @@ class Command(EverystepCommand):
             # Not "args": Django passes a command's positional arguments under that name.
             dest="new_args",
             metavar="JSON",
-            help="new arguments for the fork, as a JSON array",
+            help="new arguments for the fork, as a JSON array (one run only)",
         )
+        add_filter_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        run_id = checked_run_id(options["run_id"])
+        target = run_or_filter(options)
         from_step = checked_text(options["from_step"], "--from-step")
-        new_args = None
-        if options["new_args"] is not None:
-            new_args = checked_json(options["new_args"], "--args")
-            if not isinstance(new_args, list):
-                raise CommandError(
-                    "--args must be a JSON array of the workflow's arguments, "
-                    f"not a JSON {_JSON_KINDS.get(type(new_args), 'value')}"
-                )
+        actor = Actor.command("everystep_fork")
+        if isinstance(target, bulk.RunFilter):
+            if options["new_args"] is not None:
+                raise CommandError("--args replaces one run's arguments: give a run id with it")
+            self._bulk(target, actor, from_step, options)
+            return
+        new_args = _new_args(options["new_args"])
         try:
-            fork = fork_run(
-                run_id, from_step=from_step, args=new_args, actor=Actor.command("everystep_fork")
-            )
+            fork = fork_run(target, from_step=from_step, args=new_args, actor=actor)
         except EverystepError as exc:
             raise CommandError(str(exc)) from None
         start = f"from step {fork.forked_from_step}" if fork.forked_from_step else "to replay"
-        self.stdout.write(f"run {run_id} forked as run {fork.id} ({fork.name}), scheduled {start}")
+        self.stdout.write(f"run {target} forked as run {fork.id} ({fork.name}), scheduled {start}")
+
+    def _bulk(
+        self,
+        run_filter: bulk.RunFilter,
+        actor: Actor,
+        from_step: str | None,
+        options: dict[str, Any],
+    ) -> None:
+        size = batch_size(options)
+        if options["dry_run"]:
+            matched = bulk.count(run_filter, "fork")
+            self.stdout.write(f"{runs_text(matched)} match (filter {run_filter}); nothing changed")
+            return
+        done = bulk_fork(run_filter, actor, batch_size=size, from_step=from_step)
+        self.stdout.write(f"forked {runs_text(done.forked)} (filter {run_filter})")
+        if done.refused:
+            self.stdout.write(f"refused {runs_text(done.refused)}, for example:")
+            for reason in done.reasons:
+                self.stdout.write(f"  {reason}")
+
+
+def _new_args(text: str | None) -> list[Any] | None:
+    if text is None:
+        return None
+    value = checked_json(text, "--args")
+    if not isinstance(value, list):
+        kind = _JSON_KINDS.get(type(value), "value")
+        raise CommandError(f"--args must be a JSON array of the workflow's arguments, not a {kind}")
+    return value
