@@ -1,6 +1,6 @@
 """The audit page: every write action operators took from the UI or a command, newest
 first, a page at a time (keyset paging by entry id). Read-only, with the same access
-rule as the runs page (``views.ui_view``)."""
+rule as the runs page (``access.ui_view``)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from django.utils import timezone
 from everystep.models import AuditEntry
 from everystep.serde import printable
 from everystep.store import audit
+from everystep.ui.access import ui_view
 from everystep.ui.run_table import run_hrefs
 from everystep.ui.timeline import time_html
-from everystep.ui.views import ui_view
 
 # Entries per page.
 PAGE_SIZE = 50
