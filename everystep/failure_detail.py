@@ -128,6 +128,9 @@ def _one(exc: BaseException, seen: set[int]) -> list[str]:
     """One exception: its frames and its type and message (or its recorded text)."""
     recorded_text = getattr(exc, _RECORDED, None)
     if isinstance(recorded_text, str):
+        # Only the recorded text: what lies above the step call differs with the pass
+        # that raised it on (which branch's error won, on which thread), and the run's
+        # stored outcome must not depend on which pass gave it.
         return [recorded_text]
     lines = []
     if exc.__traceback__ is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from everystep import serde
+from everystep import failure_detail, serde
 from everystep.engine import replay
 from everystep.engine.replay import Decision
 from everystep.engine.state import Frame, RunState, current_frame
@@ -85,6 +85,7 @@ def served(op: Operation) -> Any:
     assert op.decision is Decision.RAISE_ERROR and recorded.error is not None
     exc = serde.decode_error(recorded.error)
     if isinstance(exc, Terminal):
+        failure_detail.stopped_in(exc, op.step_id)  # as the live pass said where
         raise op.run.abort(exc)
     raise exc
 

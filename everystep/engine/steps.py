@@ -105,6 +105,9 @@ def _run_and_record(
         maybe_crash(step_id, defn.name)
         error = serde.encode_error(exc)
         _record(run, record, "failed", began, error=error, after=defn.unsafe_to_repeat)
+        # From here on the failure's traceback is the recorded one, as on a replay: the
+        # run's outcome is then the same whether this pass or a later one gives it.
+        failure_detail.recorded(exc, error.get("traceback"))
         if isinstance(exc, Terminal):
             failure_detail.stopped_in(exc, step_id)  # the run's outcome says where
             aborted = run.abort(exc)
