@@ -1,9 +1,16 @@
 """Who may see the UI's pages: ``ui_view``, the one rule every page follows.
 
-Every page needs an active staff user; anonymous and non-staff users are sent to the
-admin login (``settings.LOGIN_URL`` when the admin is not mounted). ``EVERYSTEP_UI_PUBLIC
-= True`` (exactly ``True``, read at each request) opens the read-only pages to everyone.
-Write actions have rules of their own (``actions``, ``bulk``).
+Every page needs an active staff user holding ``everystep.view_workflow`` (superusers
+hold every permission): anonymous and non-staff users are sent to the admin login
+(``settings.LOGIN_URL`` when the admin is not mounted); a staff user without the
+permission gets 403, as the admin gives them. ``EVERYSTEP_UI_PUBLIC = True`` (exactly
+``True``, read at each request) opens the read-only pages to everyone. Write actions have
+rules of their own (``actions``, ``bulk``).
+
+Every response of the UI, pages and actions alike, carries its own security headers
+(``secured``): it is mounted in projects of every kind, with or without Django's
+``SecurityMiddleware`` and ``XFrameOptionsMiddleware``, and its one-click action forms
+must not be framed by another site.
 """
 
 from __future__ import annotations
@@ -14,7 +21,8 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.admin.views.decorators import staff_member_required
-from django.http import HttpRequest, HttpResponse
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import resolve_url
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.cache import never_cache
@@ -24,6 +32,38 @@ from django.views.decorators.http import require_safe
 from everystep import conf
 
 View = Callable[..., HttpResponse]
+
+VIEW_PERMISSION = "everystep.view_workflow"
+
+# Set on every UI response unless the project already set the header itself.
+HEADERS = {
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+
+
+def secured(view: View) -> View:
+    """``view`` with the UI's security headers on its every response."""
+
+    @functools.wraps(view)
+    def with_headers(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            response = view(request, *args, **kwargs)
+        except PermissionDenied as exc:
+            # Answered here, not by the project's 403 handler, so it has the headers too.
+            response = HttpResponseForbidden(
+                f"403 Forbidden: {exc}\n" if str(exc) else "403 Forbidden\n",
+                content_type="text/plain; charset=utf-8",
+            )
+        for header, value in HEADERS.items():
+            response.headers.setdefault(header, value)
+        # XFrameOptionsMiddleware would otherwise overwrite DENY with its own default.
+        response.xframe_options_exempt = True
+        return response
+
+    return with_headers
 
 
 def login_url() -> str:
@@ -35,16 +75,21 @@ def login_url() -> str:
 
 
 def ui_view(view: View) -> View:
-    """Staff only unless ``EVERYSTEP_UI_PUBLIC is True``; GET/HEAD only; never cached;
-    sets the CSRF cookie."""
+    """Staff with the view permission only, unless ``EVERYSTEP_UI_PUBLIC is True``;
+    GET/HEAD only; never cached; sets the CSRF cookie; the security headers."""
+
+    def permitted(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.has_perm(VIEW_PERMISSION):
+            raise PermissionDenied(f"the everystep UI needs the {VIEW_PERMISSION} permission")
+        return view(request, *args, **kwargs)
 
     @functools.wraps(view)
     def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if conf.ui_public():
             return view(request, *args, **kwargs)
-        checked = staff_member_required(view, login_url=login_url())
+        checked = staff_member_required(permitted, login_url=login_url())
         return checked(request, *args, **kwargs)
 
     # ensure_csrf_cookie: the action forms' tokens need the cookie, which nothing else
     # sets in a project that left CsrfViewMiddleware out (the actions still check it).
-    return never_cache(require_safe(ensure_csrf_cookie(guarded)))
+    return secured(never_cache(require_safe(ensure_csrf_cookie(guarded))))

@@ -26,6 +26,7 @@ from everystep.engine.rerun import fork_run
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
 from everystep.store.audit import Actor
+from everystep.ui.access import secured
 
 logger = logging.getLogger("everystep.ui")
 
@@ -74,6 +75,7 @@ def allowed_actions(request: HttpRequest, run: Workflow) -> dict[str, bool]:
 
 
 # csrf_protect: enforced even in a project that left CsrfViewMiddleware out.
+@secured
 @csrf_protect
 @require_POST
 def run_action(request: HttpRequest, run_id: UUID) -> HttpResponse:
@@ -170,6 +172,7 @@ def may_requeue_runners(request: HttpRequest) -> bool:
     return _is_staff(request.user) and request.user.has_perm(PERMISSIONS["requeue"])
 
 
+@secured
 @csrf_protect
 @require_POST
 def runner_requeue(request: HttpRequest) -> HttpResponse:

@@ -32,7 +32,7 @@ from everystep.store import bulk
 from everystep.store.audit import Actor
 from everystep.store.reports import COUNT_CAP
 from everystep.ui import filters
-from everystep.ui.access import ui_view
+from everystep.ui.access import secured, ui_view
 from everystep.ui.actions import PERMISSIONS
 
 logger = logging.getLogger("everystep.ui")
@@ -163,6 +163,7 @@ def _count_text(matched: int) -> str:
 
 
 # csrf_protect: enforced even in a project that left CsrfViewMiddleware out.
+@secured
 @csrf_protect
 @require_POST
 def perform(request: HttpRequest) -> HttpResponse:

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
@@ -23,6 +23,7 @@ from everystep.models import AuditEntry, Runner, Status, Step, Workflow
 from everystep.store import audit
 from everystep.store.audit import Actor
 from everystep.testing import run_due
+from tests.staff import staff_user
 from tests.testapp import workflows as wf
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,10 +33,7 @@ OPERATOR = Actor("operator", "ui")
 
 
 def staff(*perms: str, name: str = "operator") -> User:
-    user = User.objects.create_user(name, password="pw", is_staff=True)
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(codename=codename))
-    return User.objects.get(pk=user.pk)  # fresh: no cached permissions
+    return staff_user(*perms, name=name)
 
 
 def command(name: str, *args: str) -> str:

@@ -9,13 +9,13 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
 from everystep import schedule, serde
 from everystep.models import Step, Workflow
 from everystep.testing import run_due
+from tests.staff import staff_user
 from tests.testapp import bad_workflows as bad
 from tests.testapp import workflows as wf
 
@@ -35,10 +35,7 @@ def recorded() -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
 
 def operator(client: Client) -> Client:
     """``client`` logged in as a staff user holding every action's permission."""
-    user = User.objects.create_user("operator", password="pw", is_staff=True)
-    for codename in ("cancel_workflow", "requeue_workflow", "resolve_workflow"):
-        user.user_permissions.add(Permission.objects.get(codename=codename))
-    client.force_login(user)
+    client.force_login(staff_user("cancel_workflow", "requeue_workflow", "resolve_workflow"))
     return client
 
 

@@ -12,7 +12,7 @@ from io import StringIO
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
@@ -24,6 +24,7 @@ from everystep.models import AuditEntry, Status, Workflow
 from everystep.store import bulk
 from everystep.store.audit import Actor
 from everystep.testing import run_due
+from tests.staff import staff_user
 from tests.testapp import recovery_workflows as rwf
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -284,10 +285,7 @@ def test_bulk_fork_forks_the_finished_runs_and_counts_the_refused():
 
 
 def staff(*perms: str, name: str = "operator") -> User:
-    user = User.objects.create_user(name, password="pw", is_staff=True)
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(codename=codename))
-    return User.objects.get(pk=user.pk)  # fresh: no cached permissions
+    return staff_user(*perms, name=name)
 
 
 def page_text(response: Any) -> str:

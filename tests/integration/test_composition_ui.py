@@ -18,6 +18,7 @@ from everystep.models import Status, Step, Workflow
 from everystep.testing import run_due
 from everystep.ui import family
 from tests.integration.test_ui import page, run_url
+from tests.staff import staff_user
 from tests.testapp import composition_workflows as cw
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,8 +28,7 @@ START, GATHER = "everystep.start", "everystep.gather"
 
 @pytest.fixture
 def staff(client: Any, django_user_model: Any) -> Any:
-    user = django_user_model.objects.create_user("staff", password="pw", is_staff=True)
-    client.force_login(user)
+    client.force_login(staff_user(name="staff"))
     return client
 
 

@@ -14,11 +14,12 @@ from django.utils import timezone
 from everystep import schedule
 from everystep.models import Runner, Status, Step, Workflow
 from everystep.testing import run_due
+from tests.staff import staff_user
 from tests.testapp import workflows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-PAGES = ["everystep:runs", "everystep:runners"]
+PAGES = ["everystep:runs", "everystep:runners", "everystep:audit"]
 
 
 def page(client: Any, url: str, **params: str) -> str:
@@ -47,8 +48,7 @@ def make_run(status: str = Status.COMPLETED, name: str = "wf.a", **fields: Any) 
 
 @pytest.fixture
 def staff(client: Any, django_user_model: Any) -> Any:
-    user = django_user_model.objects.create_user("staff", password="pw", is_staff=True)
-    client.force_login(user)
+    client.force_login(staff_user(name="staff"))
     return client
 
 
@@ -90,6 +90,41 @@ def test_inactive_staff_user_is_sent_to_login(client, django_user_model, some_ru
     django_user_model.objects.filter(pk=user.pk).update(is_active=False)
     for url in all_urls(some_run):
         assert_sent_to_login(client, url)
+
+
+def test_staff_without_the_view_permission_is_refused(client, some_run):
+    """A staff user without everystep.view_workflow (403 in the admin too) gets 403 on
+    every page, and not a word of the runs."""
+    client.force_login(staff_user(name="viewless", view=False))
+    for url in all_urls(some_run):
+        response = client.get(url)
+        assert response.status_code == 403, url
+        assert str(some_run.id) not in response.content.decode()
+
+
+def test_a_superuser_needs_no_explicit_permission(client, django_user_model, some_run):
+    client.force_login(django_user_model.objects.create_superuser("root", "", "pw"))
+    for url in all_urls(some_run):
+        assert client.get(url).status_code == 200, url
+
+
+SECURITY_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+
+
+def test_every_response_carries_the_security_headers(staff, some_run):
+    """Pages, refusals and the write actions' answers: none can be framed by another
+    site, whatever middleware the project has (the test project has none of Django's)."""
+    responses = [staff.get(url) for url in all_urls(some_run)]
+    responses.append(staff.post(reverse("everystep:run-action", args=[some_run.id]), {}))
+    responses.append(staff.post(reverse("everystep:runner-requeue"), {"runner": "x"}))
+    for response in responses:
+        for header, value in SECURITY_HEADERS.items():
+            assert response.headers.get(header) == value, (response.request, header)
 
 
 def test_public_opt_out_lets_anonymous_in(client, settings, some_run):
@@ -159,9 +194,12 @@ def test_runs_list_stops_at_the_200_most_recent(staff):
 
 
 def test_auto_refresh_only_when_ticked(staff, some_run):
-    """The meta refresh appears only with ?refresh=1, on every page."""
+    """The meta refresh appears only with ?refresh=1, on every page that offers it (the
+    audit trail does not)."""
     refresh = '<meta http-equiv="refresh" content="5">'
     for url in all_urls(some_run):
+        if url == reverse("everystep:audit"):
+            continue
         assert refresh not in page(staff, url)
         html = page(staff, url, refresh="1")
         assert refresh in html

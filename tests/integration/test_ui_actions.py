@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -19,16 +19,14 @@ from django.utils import timezone
 from everystep import schedule
 from everystep.models import Runner, Status, Workflow
 from everystep.testing import run_due
+from tests.staff import staff_user
 from tests.testapp import workflows as wf
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def staff(*perms: str, name: str = "operator") -> User:
-    user = User.objects.create_user(name, password="pw", is_staff=True)
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(codename=codename))
-    return User.objects.get(pk=user.pk)  # fresh: no cached permissions
+    return staff_user(*perms, name=name)
 
 
 def act(client: Client, run: Workflow, **data: str):

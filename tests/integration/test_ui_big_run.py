@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from everystep.models import Status, Step, Workflow
 from everystep.ui import graph, run_page
+from tests.staff import staff_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,8 +53,7 @@ def make_run(step_ids: list[str], failed: str | None = None) -> Workflow:
 
 @pytest.fixture
 def staff(client: Any, django_user_model: Any) -> Any:
-    user = django_user_model.objects.create_user("staff", password="pw", is_staff=True)
-    client.force_login(user)
+    client.force_login(staff_user(name="staff"))
     return client
 
 

@@ -13,7 +13,6 @@ from urllib.parse import quote
 from zoneinfo import ZoneInfo
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test import Client
 from django.urls import reverse
@@ -22,6 +21,7 @@ from django.utils import timezone
 from everystep.models import Status, Workflow
 from everystep.store import reports
 from everystep.ui import views
+from tests.staff import staff_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -69,13 +69,6 @@ def page(client: Client, url: str = "", **params: str) -> str:
     response = client.get(url if url.startswith("/") else RUNS + url, params)
     assert response.status_code == 200, (response.status_code, response.get("Location"))
     return response.content.decode()
-
-
-def staff_user(*perms: str, name: str = "operator") -> User:
-    user = User.objects.create_user(name, password="pw", is_staff=True)
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(codename=codename))
-    return User.objects.get(pk=user.pk)  # fresh: no cached permissions
 
 
 @pytest.fixture

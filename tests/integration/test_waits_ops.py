@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
@@ -21,6 +21,7 @@ from django.utils import timezone
 from everystep import schedule, send
 from everystep.models import Event, Step, Workflow
 from everystep.testing import run_due
+from tests.staff import staff_user
 from tests.testapp import wait_workflows as ww
 from tests.workers import ROOT, worker_env
 
@@ -273,10 +274,7 @@ def test_a_woken_run_no_longer_shows_a_wait(waits):
 
 
 def staff(*perms: str) -> User:
-    user = User.objects.create_user("operator", password="pw", is_staff=True)
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(codename=codename))
-    return User.objects.get(pk=user.pk)  # fresh: no cached permissions
+    return staff_user(*perms)
 
 
 def html_time(moment: datetime | None) -> str:
