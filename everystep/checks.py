@@ -22,4 +22,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         conf.worker_options()
     except options.OptionError as exc:
         errors += [checks.Error(problem, id="everystep.E003") for problem in exc.problems]
+    mode = conf.get("EVERYSTEP_METRICS_VIEW")
+    if mode not in conf.METRICS_VIEW_MODES:
+        errors.append(
+            checks.Error(
+                f"EVERYSTEP_METRICS_VIEW must be one of {', '.join(conf.METRICS_VIEW_MODES)}, "
+                f"got {mode!r} (the permission rule applies meanwhile)",
+                id="everystep.E005",
+            )
+        )
     return errors

@@ -22,7 +22,13 @@ DEFAULTS: dict[str, object] = {
     "EVERYSTEP_UI_PUBLIC": False,
     # Times a run may be taken back from a dead worker before it is failed; 0 = no limit.
     "EVERYSTEP_MAX_RECOVERIES": 10,
+    # Who ``metrics_view`` answers: "permission" (a logged-in user holding
+    # everystep.view_workflow), "public" (anyone: only behind a network that limits who
+    # reaches it), or "off" (404).
+    "EVERYSTEP_METRICS_VIEW": "permission",
 }
+
+METRICS_VIEW_MODES = ("permission", "public", "off")
 
 
 def get(name: str) -> object:
@@ -69,6 +75,13 @@ def max_recoveries() -> int:
 def ui_public() -> bool:
     """Exactly ``True`` opens the UI: a stray string such as "False" must not."""
     return get("EVERYSTEP_UI_PUBLIC") is True
+
+
+def metrics_view_mode() -> str:
+    """``EVERYSTEP_METRICS_VIEW``; anything but "public" or "off" keeps the permission
+    rule (the system checks report a wrong value)."""
+    mode = get("EVERYSTEP_METRICS_VIEW")
+    return mode if mode in ("public", "off") else "permission"
 
 
 def worker_default(name: str) -> Any:

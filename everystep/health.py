@@ -12,6 +12,7 @@ see them.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,8 @@ from everystep import store
 
 if TYPE_CHECKING:
     from everystep.worker.state import WorkerState
+
+logger = logging.getLogger("everystep.worker")
 
 
 @dataclass
@@ -58,12 +61,14 @@ class Readiness:
 
     def __init__(self) -> None:
         self._migrated = False
+        self._reachable = True  # as last seen: the reason is logged when that changes
 
     def __call__(self, worker: WorkerState) -> Probe:
         checks: dict[str, Any] = {"draining": worker.draining}
         try:
             store.ping()
             checks["database"] = "ok"
+            self._reachable = True
             if not self._migrated:
                 missing = [m for m in store.unapplied_migrations() if m.startswith("everystep.")]
                 self._migrated = not missing
@@ -71,7 +76,17 @@ class Readiness:
                     checks["unapplied_migrations"] = missing
             checks["migrations"] = "ok" if self._migrated else "missing"
         except store.DATABASE_ERRORS as exc:
-            checks["database"] = f"unreachable: {exc}".strip()
+            # The answer says only "unreachable": a database error's text can name the
+            # host, the user, the database, and the probe port may face a wider network
+            # than the logs do. The log has the reason, once per outage.
+            checks["database"] = "unreachable"
+            if self._reachable:
+                logger.warning(
+                    "readiness: the database is unreachable: %s",
+                    exc,
+                    extra={"event": "worker.database_unreachable"},
+                )
+            self._reachable = False
         finally:
             connections.close_all()  # probes run on the HTTP server's threads
         ok = checks["database"] == "ok" and self._migrated and not worker.draining

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, connections
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 
 from everystep import signals
 
@@ -185,7 +185,23 @@ def exposition() -> tuple[bytes, str]:
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """A Django view serving the metrics, for a host project to mount in its urls."""
+    """A Django view serving the metrics, for a host project to mount in its urls. Who
+    it answers is ``EVERYSTEP_METRICS_VIEW``: by default a logged-in user holding
+    ``everystep.view_workflow`` (the metrics tell how busy the workers are and name the
+    workflows and steps), else 403; "public" answers anyone, "off" answers 404."""
+    from everystep import conf
+
+    mode = conf.metrics_view_mode()
+    if mode == "off":
+        raise Http404("metrics are off here (EVERYSTEP_METRICS_VIEW = 'off')")
+    user = getattr(request, "user", None)  # None without AuthenticationMiddleware
+    if mode == "permission" and not (user and user.has_perm("everystep.view_workflow")):
+        return HttpResponseForbidden(
+            "403 Forbidden: the metrics need a login with the everystep.view_workflow "
+            "permission (or EVERYSTEP_METRICS_VIEW = 'public'; scrape the workers' own "
+            "port instead)\n",
+            content_type="text/plain; charset=utf-8",
+        )
     if prometheus_client is None:
         return HttpResponse(
             "prometheus-client is not installed: pip install 'everystep[metrics]'\n",

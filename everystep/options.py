@@ -176,7 +176,9 @@ OPTIONS: tuple[Option, ...] = (
         "metrics_bind",
         "metrics_bind",
         str,
-        "0.0.0.0",
+        # Loopback: the probes and metrics say how busy the workers are and which runs
+        # they hold; a container that wants them reachable says so (the image does).
+        "127.0.0.1",
         "address the metrics port binds",
         minimum=1,
         maximum=255,

@@ -58,7 +58,7 @@ class Worker:
         name: str | None = None,
         drain: float = 30,
         metrics_port: int = 0,
-        metrics_bind: str = "0.0.0.0",
+        metrics_bind: str = "127.0.0.1",
         *,
         notify: bool | None = None,
         heartbeat: float | None = None,

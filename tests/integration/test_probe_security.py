@@ -1,0 +1,87 @@
+"""What the probes and metrics give away (issue 21, item 6): the worker's port binds the
+loopback unless told otherwise, ``/readyz`` never answers with a database error's text,
+and the Django ``metrics_view`` answers only whom ``EVERYSTEP_METRICS_VIEW`` allows."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import AnonymousUser
+from django.core import checks
+from django.db import connection
+from django.http import Http404
+from django.test import RequestFactory
+
+from everystep import conf, health, options
+from everystep.metrics import metrics_view
+from everystep.worker import Worker
+from tests.staff import staff_user
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_the_library_binds_the_probe_port_to_the_loopback_by_default():
+    assert options.BY_NAME["metrics_bind"].default == "127.0.0.1"
+    assert conf.worker_default("metrics_bind") == "127.0.0.1"
+    assert Worker(pool_size=1, name="bind-default").metrics_bind == "127.0.0.1"
+
+
+class _Draining:
+    draining = False
+
+
+@pytest.fixture
+def database_gone(monkeypatch: Any):
+    """The default connection pointed at a database that cannot be reached, then back."""
+    connection.close()
+    settings = connection.settings_dict
+    if connection.vendor == "sqlite":
+        monkeypatch.setitem(settings, "NAME", "/nonexistent/folder/secret-db.sqlite3")
+    else:
+        monkeypatch.setitem(settings, "HOST", "127.0.0.1")
+        monkeypatch.setitem(settings, "PORT", "1")  # nothing listens there
+    yield
+    connection.close()
+
+
+def test_readiness_never_answers_with_the_database_errors_text(database_gone, caplog):
+    probe = health.Readiness()(_Draining())  # type: ignore[arg-type]
+    answer = json.dumps(probe.as_dict())
+    assert not probe.ok and probe.checks["database"] == "unreachable"
+    for secret in ("secret-db", "nonexistent", "127.0.0.1", "port 1", "connection"):
+        assert secret not in answer
+    # The reason goes to the log, once per outage.
+    health.Readiness()(_Draining())  # type: ignore[arg-type]
+    assert any(
+        r.message.startswith("readiness: the database is unreachable") for r in caplog.records
+    )
+
+
+def _metrics(user: Any) -> Any:
+    request = RequestFactory().get("/metrics")
+    request.user = user
+    return metrics_view(request)
+
+
+def test_metrics_view_needs_the_view_permission_by_default():
+    assert _metrics(AnonymousUser()).status_code == 403
+    assert _metrics(staff_user(name="blind", view=False)).status_code == 403
+    allowed = _metrics(staff_user(name="viewer"))
+    assert allowed.status_code == 200 and b"everystep_" in allowed.content
+
+
+def test_metrics_view_public_and_off(settings):
+    settings.EVERYSTEP_METRICS_VIEW = "public"
+    assert _metrics(AnonymousUser()).status_code == 200
+    settings.EVERYSTEP_METRICS_VIEW = "off"
+    with pytest.raises(Http404):
+        _metrics(staff_user(name="viewer"))
+
+
+def test_a_wrong_metrics_view_setting_is_a_system_check_error(settings):
+    settings.EVERYSTEP_METRICS_VIEW = "everyone"
+    found = [m for m in checks.run_checks() if m.id == "everystep.E005"]
+    assert found and "'everyone'" in found[0].msg
+    assert _metrics(AnonymousUser()).status_code == 403  # the safe rule meanwhile
