@@ -30,7 +30,7 @@ def shown(value: str) -> str:
 
 def clipped(value: str) -> str:
     """``value`` as printable text cut to about ``SHOWN`` characters, without quotes."""
-    text = serde.printable(value)
+    text = serde.escape_controls(value)
     return text if len(text) <= SHOWN else text[:SHOWN] + "…"
 
 
@@ -229,3 +229,12 @@ def _moment(options: dict[str, Any], name: str) -> datetime | None:
 def runs_text(count: int) -> str:
     """``"1 run"``, ``"1,234 runs"``."""
     return f"{count:,} run" + ("" if count == 1 else "s")
+
+
+def dry_run(options: dict[str, Any], run_filter: bulk.RunFilter, action: str) -> str | None:
+    """With ``--dry-run``: what to print — how many runs ``action`` would touch (those the
+    filter matches that the action applies to); None without it."""
+    if not options.get("dry_run"):
+        return None
+    matched = bulk.count(run_filter, action)
+    return f"{runs_text(matched)} match (filter {run_filter}); nothing changed"

@@ -69,7 +69,7 @@ class Command(EverystepCommand):
             self.stdout.write(json.dumps(report_json(report), indent=2))
         else:
             for line in report_lines(report):
-                self.stdout.write(line)
+                self.say(line)
         if report.failing:
             raise SystemExit(1)
 

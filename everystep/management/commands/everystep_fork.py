@@ -17,6 +17,7 @@ from everystep.management.options import (
     batch_size,
     checked_json,
     checked_text,
+    dry_run,
     run_or_filter,
     runs_text,
 )
@@ -69,7 +70,7 @@ class Command(EverystepCommand):
         except EverystepError as exc:
             raise CommandError(str(exc)) from None
         start = f"from step {fork.forked_from_step}" if fork.forked_from_step else "to replay"
-        self.stdout.write(f"run {target} forked as run {fork.id} ({fork.name}), scheduled {start}")
+        self.say(f"run {target} forked as run {fork.id} ({fork.name}), scheduled {start}")
 
     def _bulk(
         self,
@@ -79,16 +80,16 @@ class Command(EverystepCommand):
         options: dict[str, Any],
     ) -> None:
         size = batch_size(options)
-        if options["dry_run"]:
-            matched = bulk.count(run_filter, "fork")
-            self.stdout.write(f"{runs_text(matched)} match (filter {run_filter}); nothing changed")
+        counted = dry_run(options, run_filter, "fork")
+        if counted is not None:
+            self.say(counted)
             return
         done = bulk_fork(run_filter, actor, batch_size=size, from_step=from_step)
-        self.stdout.write(f"forked {runs_text(done.forked)} (filter {run_filter})")
+        self.say(f"forked {runs_text(done.forked)} (filter {run_filter})")
         if done.refused:
-            self.stdout.write(f"refused {runs_text(done.refused)}, for example:")
+            self.say(f"refused {runs_text(done.refused)}, for example:")
             for reason in done.reasons:
-                self.stdout.write(f"  {reason}")
+                self.say(f"  {reason}")
 
 
 def _new_args(text: str | None) -> list[Any] | None:

@@ -81,16 +81,16 @@ class Command(EverystepCommand):
     def _report(self, cutoff: datetime, statuses: list[str]) -> None:
         counts = store.prunable_counts(cutoff, statuses)
         when = cutoff.isoformat(timespec="seconds")
-        self.stdout.write(f"dry run: {sum(counts.values())} run(s) completed before {when}")
+        self.say(f"dry run: {sum(counts.values())} run(s) completed before {when}")
         for status, count in counts.items():
-            self.stdout.write(f"  {status}: {count}")
+            self.say(f"  {status}: {count}")
         sample = store.prunable_sample(cutoff, statuses, SAMPLE)
         if sample:
-            self.stdout.write(f"first {len(sample)} (oldest ids first):")
+            self.say(f"first {len(sample)} (oldest ids first):")
         for run in sample:
             completed = run.completed_at.isoformat(timespec="seconds") if run.completed_at else "-"
-            self.stdout.write(f"  {run.id}  {run.status:<9}  {completed}  {run.name}")
-        self.stdout.write(f"and {audit.prunable(cutoff)} audit entr(ies) naming no single run")
+            self.say(f"  {run.id}  {run.status:<9}  {completed}  {run.name}")
+        self.say(f"and {audit.prunable(cutoff)} audit entr(ies) naming no single run")
 
     def _prune(
         self, cutoff: datetime, statuses: list[str], batch_size: int, entry: AuditEntry
@@ -106,12 +106,10 @@ class Command(EverystepCommand):
             total_runs += runs
             total_steps += steps
             if self.verbosity >= 2:
-                self.stdout.write(f"batch {batches}: {runs} run(s), {steps} step(s)")
-        self.stdout.write(
-            f"deleted {total_runs} run(s) and {total_steps} step(s) in {batches} batch(es)"
-        )
+                self.say(f"batch {batches}: {runs} run(s), {steps} step(s)")
+        self.say(f"deleted {total_runs} run(s) and {total_steps} step(s) in {batches} batch(es)")
         entries = audit.prune(cutoff, keep=entry)
-        self.stdout.write(f"deleted {entries} audit entr(ies) naming no single run")
+        self.say(f"deleted {entries} audit entr(ies) naming no single run")
         _log(entry, total_runs, entries)
 
 

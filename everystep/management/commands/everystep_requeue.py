@@ -14,6 +14,7 @@ from everystep.management.options import (
     add_filter_arguments,
     batch_size,
     checked_text,
+    dry_run,
     run_or_filter,
     runs_text,
 )
@@ -45,15 +46,15 @@ class Command(EverystepCommand):
             run = store.requeue_one(target, actor=actor, reason=reason)
         except EverystepError as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write(f"run {run.id} ({run.name}) requeued")
+        self.say(f"run {run.id} ({run.name}) requeued")
 
     def _bulk(
         self, run_filter: bulk.RunFilter, actor: Actor, reason: str, options: dict[str, Any]
     ) -> None:
         size = batch_size(options)
-        if options["dry_run"]:
-            matched = bulk.count(run_filter, "requeue")
-            self.stdout.write(f"{runs_text(matched)} match (filter {run_filter}); nothing changed")
+        counted = dry_run(options, run_filter, "requeue")
+        if counted is not None:
+            self.say(counted)
             return
         done = bulk.bulk_requeue(run_filter, actor, batch_size=size, reason=reason)
-        self.stdout.write(f"requeued {runs_text(done)} (filter {run_filter})")
+        self.say(f"requeued {runs_text(done)} (filter {run_filter})")

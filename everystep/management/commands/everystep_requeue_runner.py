@@ -51,8 +51,8 @@ class Command(EverystepCommand):
         ids = store.requeue_runner(name, actor=actor, reason=reason)
         _log(name, ids, actor)
         for run_id in ids:
-            self.stdout.write(str(run_id))
-        self.stdout.write(f"requeued {len(ids)} run(s) held by {shown(name)}")
+            self.say(str(run_id))
+        self.say(f"requeued {len(ids)} run(s) held by {shown(name)}")
 
 
 # Names listed in the "unknown runner" message; more would bury the message.

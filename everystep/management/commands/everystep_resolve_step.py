@@ -47,7 +47,7 @@ class Command(EverystepCommand):
         except EverystepError as exc:
             raise CommandError(str(exc)) from None
         _log(run, options["step_id"], mode, actor)
-        self.stdout.write(
+        self.say(
             f"step {options['step_id']} of run {run.id} settled ({mode}); "
             f"run requeued as {run.status}"
         )

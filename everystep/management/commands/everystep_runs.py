@@ -20,6 +20,7 @@ from everystep.management.options import (
     wait_text,
 )
 from everystep.models import Status, Workflow
+from everystep.serde import escape_controls
 from everystep.store.reports import run_wait
 
 # More rows than anyone reads in a terminal, and far below what LIMIT takes.
@@ -73,12 +74,14 @@ class Command(EverystepCommand):
             header.append("wait")
             rows = [[*row, wait or "-"] for row, wait in zip(rows, waits, strict=True)]
         rows.insert(0, header)
+        # Escaped before they are measured: "\x1b" takes four columns, ESC none.
+        rows = [[escape_controls(cell) for cell in row] for row in rows]
         # Columns padded to their widest cell, so the output reads as a table and still
         # splits on whitespace for awk and friends.
         widths = [max(len(row[col]) for row in rows) for col in range(len(header))]
         for row in rows:
             cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-            self.stdout.write("  ".join(cells).rstrip())
+            self.say("  ".join(cells).rstrip())
 
 
 def _parent(value: str | None) -> UUID | None:

@@ -47,11 +47,9 @@ class Command(EverystepCommand):
             raise CommandError(str(exc)) from None
         self._log(run_id, name, sent, actor)
         if sent:
-            self.stdout.write(f"sent {name} to run {run_id}")
+            self.say(f"sent {name} to run {run_id}")
         else:
-            self.stdout.write(
-                f"event {name} was already sent to run {run_id}; the first payload stays"
-            )
+            self.say(f"event {name} was already sent to run {run_id}; the first payload stays")
 
     def _log(self, run_id: str, name: str, sent: bool, actor: Actor) -> None:
         run = store.get_run(run_id)

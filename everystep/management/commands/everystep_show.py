@@ -81,44 +81,46 @@ class Command(EverystepCommand):
         elif run.result is not None or run.status == Status.COMPLETED:
             fields.append(("result", _cut(_json(run.result))))
         for label, value in fields:
-            self.stdout.write(f"{label:<13} {value}")
+            self.say(f"{label:<13} {value}")
             if label == "error":
                 self._traceback(run.error, " " * 14)
         if family.child_count:
             self._children(run, family)
         if lineage.forks:
             self._forks(lineage)
-        self.stdout.write(f"steps ({len(steps)}):")
+        self.say(f"steps ({len(steps)}):")
         self._table([_step_cells(step) for step in steps])
         for step in steps:
             if _traceback(step.error):
-                self.stdout.write(f"traceback of step {step.step_id}:")
+                self.say(f"traceback of step {step.step_id}:")
                 self._traceback(step.error, "    ")
 
     def _traceback(self, error: Any, indent: str) -> None:
         """The traceback stored with ``error``, each line behind ``indent``."""
         for line in _traceback(error).splitlines():
-            self.stdout.write(indent + line)
+            self.say(indent + line)
 
     def _forks(self, lineage: Lineage) -> None:
-        self.stdout.write(f"forks ({len(lineage.forks)}{' and more' if lineage.more else ''}):")
+        self.say(f"forks ({len(lineage.forks)}{' and more' if lineage.more else ''}):")
         self._table([[str(fork.id), fork.status, fork.name] for fork in lineage.forks])
 
     def _children(self, run: Workflow, family: Family) -> None:
-        self.stdout.write(f"children ({family.child_count}):")
+        self.say(f"children ({family.child_count}):")
         self._table([[str(child.id), child.status, child.name] for child in family.children])
         more = family.child_count - len(family.children)
         if more:
-            self.stdout.write(f"  … {more} more: manage.py everystep_runs --parent {run.id}")
+            self.say(f"  … {more} more: manage.py everystep_runs --parent {run.id}")
 
     def _table(self, rows: list[list[str]]) -> None:
         """Indented rows, every column but the last padded, so they read as a table."""
         if not rows:
             return
+        # Escaped before they are measured: "\x1b" takes four columns, ESC none.
+        rows = [[serde.escape_controls(cell) for cell in row] for row in rows]
         widths = [max(len(row[col]) for row in rows) for col in range(len(rows[0]) - 1)]
         for row in rows:
             padded = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
-            self.stdout.write("  " + "  ".join([*padded, row[-1]]))
+            self.say("  " + "  ".join([*padded, row[-1]]))
 
 
 def run_detail(
@@ -230,14 +232,14 @@ def _duration(step: Step) -> float | None:
 
 def _error(error: Any) -> str:
     if isinstance(error, dict) and "type" in error:
-        return serde.printable(f"{error['type']}: {error.get('message', '')}")
+        return serde.escape_controls(f"{error['type']}: {error.get('message', '')}")
     return _json(error)
 
 
 def _json(value: Any) -> str:
-    # printable: a row stored before values were escaped may hold a lone surrogate
-    # (SQLite took them), which a UTF-8 terminal cannot be sent.
-    return serde.printable(json.dumps(value, ensure_ascii=False))
+    # Escaped: a row stored before values were escaped may hold a lone surrogate (SQLite
+    # took them), which a UTF-8 terminal cannot be sent; JSON leaves DEL, C1 and U+2028.
+    return serde.escape_controls(json.dumps(value, ensure_ascii=False))
 
 
 def _clip(text: str) -> str:
