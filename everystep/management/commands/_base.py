@@ -3,12 +3,24 @@ module for a command.)"""
 
 from __future__ import annotations
 
+from abc import ABCMeta, abstractmethod
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from everystep import store
+from everystep.errors import EverystepError
+from everystep.management.options import (
+    add_filter_arguments,
+    batch_size,
+    checked_text,
+    dry_run,
+    run_or_filter,
+    runs_text,
+)
 from everystep.serde import escape_controls
+from everystep.store.audit import Actor
+from everystep.store.bulk import RunFilter
 from everystep.store.runs import missing_tables
 
 
@@ -39,3 +51,44 @@ class EverystepCommand(BaseCommand):
         """Print ``line`` as one line of text: a newline, a carriage return, an ANSI
         escape in it (a stored name or message) is printed escaped (``\\x1b``)."""
         self.stdout.write(escape_controls(line))
+
+
+class RunActionCommand(EverystepCommand, metaclass=ABCMeta):
+    """A command that acts on one run by id, or with the runs list's filters instead on
+    every run they match, in batches (``--dry-run`` counts them); ``--reason`` is kept in
+    the audit entry. A subclass names its ``action`` and ``done`` (the past tense) and
+    gives the two store calls."""
+
+    action = ""
+    done = ""
+
+    @abstractmethod
+    def act_on_one(self, run_id: str, actor: Actor, reason: str) -> Any:
+        """Act on the run ``run_id``; the run, or an ``EverystepError`` saying why not."""
+
+    @abstractmethod
+    def act_on_many(self, run_filter: RunFilter, actor: Actor, reason: str, size: int) -> int:
+        """Act on every run ``run_filter`` matches, ``size`` a batch; how many changed."""
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("run_id", nargs="?", help="the run's id (a UUID)")
+        parser.add_argument("--reason", default="", metavar="TEXT", help="why, for the audit")
+        add_filter_arguments(parser)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        target = run_or_filter(options)
+        reason = checked_text(options["reason"], "--reason")
+        actor = Actor.command(f"everystep_{self.action}")
+        if not isinstance(target, RunFilter):
+            try:
+                run = self.act_on_one(target, actor, reason)
+            except EverystepError as exc:
+                raise CommandError(str(exc)) from None
+            self.stdout.write(f"run {run.id} ({run.name}) {self.done}")
+            return
+        counted = dry_run(options, target, self.action)
+        if counted is not None:
+            self.stdout.write(counted)
+            return
+        touched = self.act_on_many(target, actor, reason, batch_size(options))
+        self.stdout.write(f"{self.done} {runs_text(touched)} (filter {target})")

@@ -5,56 +5,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
-
 from everystep import store
-from everystep.errors import EverystepError
-from everystep.management.commands._base import EverystepCommand
-from everystep.management.options import (
-    add_filter_arguments,
-    batch_size,
-    checked_text,
-    dry_run,
-    run_or_filter,
-    runs_text,
-)
+from everystep.management.commands._base import RunActionCommand
 from everystep.store import bulk
 from everystep.store.audit import Actor
 
 
-class Command(EverystepCommand):
+class Command(RunActionCommand):
     help = (
         "Cancel a scheduled, running or blocked run, and its unfinished children. A "
         "running run stops at its next step boundary: the step in flight may have had its "
         "effect, but its record is refused. With filter flags instead of a run id: every "
         "unfinished run they match, in batches (--dry-run prints how many)."
     )
+    action, done = "cancel", "cancelled"
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("run_id", nargs="?", help="the run's id (a UUID)")
-        parser.add_argument("--reason", default="", metavar="TEXT", help="why, for the audit")
-        add_filter_arguments(parser)
+    def act_on_one(self, run_id: str, actor: Actor, reason: str) -> Any:
+        return store.cancel_run(run_id, actor=actor, reason=reason)
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        target = run_or_filter(options)
-        reason = checked_text(options["reason"], "--reason")
-        actor = Actor.command("everystep_cancel")
-        if isinstance(target, bulk.RunFilter):
-            self._bulk(target, actor, reason, options)
-            return
-        try:
-            run = store.cancel_run(target, actor=actor, reason=reason)
-        except EverystepError as exc:
-            raise CommandError(str(exc)) from None
-        self.say(f"run {run.id} ({run.name}) cancelled")
-
-    def _bulk(
-        self, run_filter: bulk.RunFilter, actor: Actor, reason: str, options: dict[str, Any]
-    ) -> None:
-        size = batch_size(options)
-        counted = dry_run(options, run_filter, "cancel")
-        if counted is not None:
-            self.say(counted)
-            return
-        done = bulk.bulk_cancel(run_filter, actor, batch_size=size, reason=reason)
-        self.say(f"cancelled {runs_text(done)} (filter {run_filter})")
+    def act_on_many(self, run_filter: bulk.RunFilter, actor: Actor, reason: str, size: int) -> int:
+        return bulk.bulk_cancel(run_filter, actor, batch_size=size, reason=reason)
