@@ -1,18 +1,20 @@
 """Log records for the lifecycle signals, with stable event names.
 
 Every record carries ``event``, ``run_id``, ``workflow`` and ``runner`` as ``extra``
-fields, so a structured formatter can ship them as they are.
+fields, so a structured formatter can ship them as they are. ``TextFormatter`` writes
+records as text lines no stored name or message can forge; ``JsonFormatter`` as one JSON
+object per line.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from typing import Any
 
 from everystep import signals
+from everystep.serde import escape_controls
 
 logger = logging.getLogger("everystep.run")
 
@@ -63,34 +65,30 @@ def _on_run_finished(sender: Any, **kwargs: Any) -> None:
     # as a warning; a blocked run needs a human, so it is an error.
     level = {"failed": logging.WARNING, "blocked": logging.ERROR}.get(status, logging.INFO)
     error = kwargs.get("error") or {}
-    detail = f": {error.get('type')}: {one_line(str(error.get('message')))}" if error else ""
+    detail = f": {error.get('type')}: {error.get('message')}" if error else ""
     headline = f"run {kwargs['run_id']} ({kwargs['workflow']}) {status}{detail}"
     trace = error.get("traceback")
     if not isinstance(trace, str):
         logger.log(level, "%s", headline, extra=extra)
         return
-    # JSON has the traceback as a field of its own; a text line gets it below the message.
-    extra |= {"traceback": trace, JSON_MESSAGE: headline}
-    logger.log(level, "%s\n%s", headline, continuation(trace), extra=extra)
+    # JSON has the traceback as a field of its own, and so has TextFormatter; a formatter
+    # of the host project's gets it in the message, below the headline.
+    extra |= {"traceback": trace, HEADLINE: headline}
+    logger.log(level, "%s\n%s", escape_controls(headline), continuation(trace), extra=extra)
 
 
 # What starts each line of a multi-line record after its first: a text log's records
 # start with their time, so no line of a traceback (or of a message in it) can be read
 # as a record of its own.
 CONTINUATION = "    | "
-# A record's message for JsonFormatter when its text form adds lines (the traceback).
-JSON_MESSAGE = "_json_message"
-_LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
-
-
-def one_line(text: str) -> str:
-    """``text`` with its line breaks escaped: a message cannot start a forged record."""
-    return _LINE_BREAKS.sub(lambda m: repr(m.group())[1:-1], text)
+# A record's message without the lines its text adds (a failed run's traceback, which
+# the record carries as its ``traceback`` field).
+HEADLINE = "_headline"
 
 
 def continuation(text: str) -> str:
-    """``text``'s lines, each behind ``CONTINUATION``."""
-    return "\n".join(CONTINUATION + line for line in text.splitlines())
+    """``text``'s lines, each behind ``CONTINUATION``, control characters escaped."""
+    return "\n".join(CONTINUATION + escape_controls(line) for line in text.splitlines())
 
 
 def _on_run_requeued(sender: Any, **kwargs: Any) -> None:
@@ -155,7 +153,7 @@ class JsonFormatter(logging.Formatter):
             "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
-            "message": getattr(record, JSON_MESSAGE, None) or record.getMessage(),
+            "message": getattr(record, HEADLINE, None) or record.getMessage(),
         }
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
@@ -165,3 +163,32 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(payload, default=str)
 
     converter = time.gmtime  # type: ignore[assignment]
+
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+class TextFormatter(logging.Formatter):
+    """One line per record (``TEXT_FORMAT`` unless given another format), with every
+    control character of it escaped: a newline, a carriage return or an ANSI escape in a
+    workflow name, an event name or an exception message cannot write what reads as
+    another record. The lines a record adds (a failed run's traceback, a logged
+    exception, a stack) follow behind ``CONTINUATION``, escaped line by line."""
+
+    def __init__(self, fmt: str | None = TEXT_FORMAT, *args: Any, **kwargs: Any) -> None:
+        super().__init__(fmt, *args, **kwargs)
+
+    def format(self, record: logging.LogRecord) -> str:
+        # A copy: the other handlers of the record see it as it was logged.
+        line = logging.makeLogRecord(vars(record))
+        line.msg, line.args = getattr(record, HEADLINE, None) or record.getMessage(), None
+        line.exc_info, line.exc_text, line.stack_info = None, None, None
+        lines = [escape_controls(super().format(line))]
+        trace = getattr(record, "traceback", None)
+        if isinstance(trace, str) and getattr(record, HEADLINE, None):
+            lines.append(continuation(trace))
+        if record.exc_info:
+            lines.append(continuation(self.formatException(record.exc_info)))
+        if record.stack_info:
+            lines.append(continuation(self.formatStack(record.stack_info)))
+        return "\n".join(lines)

@@ -77,6 +77,28 @@ def printable(text: str) -> str:
     return _UNSTORABLE.sub(_escape_char, text)
 
 
+# What a terminal or a text log line must not receive as it is: C0 controls (line breaks,
+# ESC), DEL, C1 controls, the line and paragraph separators, the bidi overrides and
+# isolates (which show text in another order than it is), and what ``printable`` escapes.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character written as Python writes it in a string
+    literal (``\\n``, ``\\x1b``, ``\\u2028``; NUL and lone surrogates as ``printable``
+    writes them): for a terminal or a line of a text log, where stored text must not
+    start a line, move the cursor or reorder what follows."""
+    if text.isprintable():  # the usual case, decided at C speed
+        return text
+    return _CONTROLS.sub(_escape_control, text)
+
+
+def _escape_control(found: re.Match[str]) -> str:
+    if _UNSTORABLE.match(found.group()):
+        return _escape_char(found)
+    return repr(found.group())[1:-1]
+
+
 def _escape_char(found: re.Match[str]) -> str:
     return f"\\u{ord(found.group()):04x}"
 

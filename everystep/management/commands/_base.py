@@ -84,11 +84,11 @@ class RunActionCommand(EverystepCommand, metaclass=ABCMeta):
                 run = self.act_on_one(target, actor, reason)
             except EverystepError as exc:
                 raise CommandError(str(exc)) from None
-            self.stdout.write(f"run {run.id} ({run.name}) {self.done}")
+            self.say(f"run {run.id} ({run.name}) {self.done}")
             return
         counted = dry_run(options, target, self.action)
         if counted is not None:
-            self.stdout.write(counted)
+            self.say(counted)
             return
         touched = self.act_on_many(target, actor, reason, batch_size(options))
-        self.stdout.write(f"{self.done} {runs_text(touched)} (filter {target})")
+        self.say(f"{self.done} {runs_text(touched)} (filter {target})")
