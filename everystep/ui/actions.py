@@ -26,6 +26,7 @@ from everystep.engine.rerun import fork_run
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
 from everystep.store.audit import Actor
+from everystep.ui import notices
 from everystep.ui.access import secured
 
 logger = logging.getLogger("everystep.ui")
@@ -83,7 +84,7 @@ def run_action(request: HttpRequest, run_id: UUID) -> HttpResponse:
     action = request.POST.get("action", "")
     user = request.user
     if action not in PERMISSIONS:
-        return _back(run_id, error=f"unknown action {action!r}")
+        return _back(run_id, error="unknown-action")
     if not (user.is_authenticated and user.is_active and user.is_staff):
         raise PermissionDenied("write actions need a staff login")
     if not user.has_perm(PERMISSIONS[action]):
@@ -94,7 +95,7 @@ def run_action(request: HttpRequest, run_id: UUID) -> HttpResponse:
     try:
         done = _perform(action, str(run_id), request.POST, actor=Actor.user(user))
     except EverystepError as exc:
-        return _back(run_id, error=str(exc))
+        return _back(run_id, error=notices.refusal(action, str(run_id), request.POST, exc))
     logger.info(
         "run %s: %s by %s%s",
         run_id,
@@ -152,11 +153,9 @@ def _fork(run_id: str, form: Any, actor: Actor) -> Done:
 
 
 def _back(run_id: UUID, **params: str) -> HttpResponseRedirect:
-    # A message may echo a pasted megabyte (a step id, a mode): the Location header
-    # carries it, so it is cut to a size every server and browser takes.
-    cut = {key: value[:BACK_MAX_LENGTH] for key, value in params.items()}
+    # Keys only (ui.notices): the page after an action says what its key names.
     url = reverse("everystep:run", args=[run_id])
-    return HttpResponseRedirect(f"{url}?{urlencode(cut)}")
+    return HttpResponseRedirect(f"{url}?{urlencode(params)}")
 
 
 def uncertain_steps(steps: list[Any]) -> list[str]:
@@ -183,11 +182,10 @@ def runner_requeue(request: HttpRequest) -> HttpResponse:
         raise PermissionDenied("write actions need a staff login")
     if not user.has_perm(PERMISSIONS["requeue"]):
         raise PermissionDenied(f"requeue needs the {PERMISSIONS['requeue']} permission")
-    try:
-        name = serde.storable_text(request.POST.get("runner", ""), "the runner name")
-        _refuse_live(name)
-    except EverystepError as exc:
-        return _back_to_runners(error=str(exc))
+    name = request.POST.get("runner", "")
+    refused = _runner_refusal(name)
+    if refused is not None:
+        return _back_to_runners(error=refused)
     requeued = store.requeue_runner(name, actor=Actor.user(user))
     logger.info(
         "runner %s: requeue of its %d run(s) by %s: %s",
@@ -205,21 +203,25 @@ def runner_requeue(request: HttpRequest) -> HttpResponse:
     return _back_to_runners(done=str(len(requeued)), runner=name)
 
 
-def _refuse_live(name: str) -> None:
+def _runner_refusal(name: str) -> str | None:
+    """The key of ``notices.RUNNER_REFUSED`` that says why the runner's runs cannot be
+    requeued, or None."""
     if not name:
-        raise EverystepError("no runner named")
+        return "no-runner"
+    try:
+        serde.storable_text(name, "the runner name")
+    except EverystepError:
+        return "bad-text"
     if len(name) > RUNNER_NAME_MAX_LENGTH:
-        raise EverystepError(f"no runner has a name longer than {RUNNER_NAME_MAX_LENGTH}")
+        return "unknown-runner"
     runner = store.get_runner(name)
     # A runner still beating would carry on with runs handed to other workers meanwhile:
     # the same rule as the command's (which has --force; the UI has none).
     if runner is not None and runner.may_be_alive(
         conf.worker_default("orphan_timeout"), conf.worker_default("heartbeat")
     ):
-        raise EverystepError(
-            f"runner {serde.printable(name)!r} sent a heartbeat "
-            f"{runner.seconds_silent():.0f}s ago and may be alive; stop it first"
-        )
+        return "alive"
+    return None
 
 
 def _back_to_runners(**params: str) -> HttpResponseRedirect:
@@ -228,11 +230,22 @@ def _back_to_runners(**params: str) -> HttpResponseRedirect:
 
 
 def runner_notices(request: HttpRequest) -> list[str]:
-    """What the runners page says after ``runner_requeue``. Anyone can put anything in a
-    URL: the count must be a number and every text is cut short."""
-    if request.GET.get("error"):
-        return [f"Error: {request.GET['error'][:BACK_MAX_LENGTH]}"]
+    """What the runners page says after ``runner_requeue``: a key of
+    ``notices.RUNNER_REFUSED``, or a count and the runner it names (shown only if a
+    runner has that name: anyone can put anything in a URL)."""
+    refused = notices.RUNNER_REFUSED.get(request.GET.get("error", ""))
+    if refused is not None:
+        return [f"Error: {refused}"]
     done, name = request.GET.get("done", ""), request.GET.get("runner", "")
-    if done.isascii() and done.isdigit() and len(done) < 10 and name:
-        return [f"Done: requeued {done} run(s) held by {name[:BACK_MAX_LENGTH]!r}."]
-    return []
+    if not (done.isascii() and done.isdigit() and len(done) < 10):
+        return []
+    known = 0 < len(name) <= RUNNER_NAME_MAX_LENGTH and _known_runner(name)
+    held = f" held by {serde.escape_controls(name)!r}" if known else ""
+    return [f"Done: requeued {int(done)} run(s){held}."]
+
+
+def _known_runner(name: str) -> bool:
+    try:
+        return store.get_runner(serde.storable_text(name, "the runner name")) is not None
+    except EverystepError:
+        return False

@@ -26,6 +26,7 @@ from everystep.ui import actions, bulk, filters, run_page
 from everystep.ui.access import ui_view
 from everystep.ui.family import family_context
 from everystep.ui.filters import clipped as _clipped
+from everystep.ui.notices import run_notices
 from everystep.ui.run_table import count_label, run_hrefs, run_rows, span
 from everystep.ui.timeline import format_duration
 
@@ -187,10 +188,8 @@ def run(request: HttpRequest, run_id: UUID) -> HttpResponse:
     steps = run_page.steps_context(request, found, _pretty)
     # Its parent and children: read only for a run that has them (ui.family).
     family = family_context(found, steps.pop("started_children"))
-    # ``error`` comes from an action's redirect, but anyone can put anything in a URL.
-    notices = [f"Error: {_clipped(request.GET['error'])}"] if request.GET.get("error") else []
-    if request.GET.get("done") in actions.DONE:
-        notices.append(actions.DONE[request.GET["done"]])
+    # ``error`` and ``done`` come from an action's redirect: keys, never text.
+    notices = run_notices(request.GET, actions.DONE)
     context = {
         "nav": "runs",
         "notices": notices + steps.pop("step_notices"),

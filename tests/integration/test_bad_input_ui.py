@@ -268,10 +268,11 @@ def test_bad_action_forms_redirect_with_an_error(staff, history, form):
     ],
 )
 def test_actions_on_a_run_in_the_wrong_state_redirect_with_an_error(staff, history, action, run):
-    """An action the run's status does not allow is refused with a message."""
+    """An action the run's status does not allow is refused with the key of its rule."""
     before = recorded()
     location = refused(act(staff, history[run], action=action, step_id="2", mode="discard"))
-    assert "error=run" in location
+    key = {"cancel": "finished", "requeue": "not-running", "resolve": "not-blocked"}[action]
+    assert location.endswith(f"?error={key}")
     assert recorded() == before
 
 

@@ -9,13 +9,18 @@ import io
 import logging
 import re
 import sys
+from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 from django.core.management import call_command
+from django.urls import reverse
 from django.utils import timezone
 
+import everystep.ui
 from everystep import logs, signals
 from everystep.models import Status, Workflow
+from tests.staff import staff_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -140,3 +145,52 @@ def test_a_refusal_quoting_stored_text_is_one_escaped_line(forged_run):
     with pytest.raises(CommandError) as info:
         call_command("everystep_fork", str(forged_run.id), stdout=io.StringIO())
     assert "\x1b" not in str(info.value) and "\n" not in str(info.value)
+
+
+SCRIPT = "<script>alert(1)</script>"
+FREE_TEXT = "Done: cancel by admin, all runs deleted"
+
+
+def test_notices_come_from_keys_never_from_the_url(client, forged_run):
+    """?error=<script>… and ?done=free text show nothing of it on the run, runners and
+    runs pages; an unknown key says nothing."""
+    client.force_login(staff_user())
+    pages = [
+        reverse("everystep:run", args=[forged_run.id]),
+        reverse("everystep:runners"),
+        reverse("everystep:runs"),
+    ]
+    query = urlencode({"error": SCRIPT + FREE_TEXT, "done": FREE_TEXT, "runner": FREE_TEXT})
+    for page in pages:
+        html = client.get(f"{page}?{query}").content.decode()
+        said = re.findall(r'class="es-notice"[^>]*>(.*?)</p>', html, re.S)
+        assert not [text for text in said if "alert(1)" in text or "cancel by admin" in text]
+        assert "<script>alert" not in html, page
+    run_page = client.get(f"{pages[0]}?{query}").content.decode()
+    assert "es-notice" not in run_page and "cancel by admin" not in run_page
+
+
+def test_a_refused_action_redirects_with_a_key(client, forged_run):
+    """A refused action comes back with a key (not the store's message), and the run
+    page says the fixed text of that key."""
+    client.force_login(staff_user("resolve_workflow"))
+    url = reverse("everystep:run-action", args=[forged_run.id])
+    response = client.post(url, {"action": "resolve", "step_id": SCRIPT, "mode": "discard"})
+    assert response["Location"].endswith("?error=not-blocked")
+    html = client.get(response["Location"]).content.decode()
+    assert "That run is not blocked: only a blocked run&#x27;s step can be settled." in html
+    assert "alert(1)" not in html
+
+
+def test_no_mark_safe_in_the_ui_and_python_built_html_is_escaped(client, forged_run):
+    """The UI builds HTML with format_html only (no mark_safe), and a step name, id and
+    error holding <script> are escaped in the run page's rows and graph."""
+    ui = Path(everystep.ui.__file__).parent
+    assert not [path for path in ui.glob("*.py") if "mark_safe(" in path.read_text()]
+    step = forged_run.steps.get()
+    step.name, step.step_id = SCRIPT, SCRIPT
+    step.status, step.error = "failed", {"type": SCRIPT, "message": SCRIPT, "traceback": SCRIPT}
+    step.save()
+    client.force_login(staff_user())
+    html = client.get(reverse("everystep:run", args=[forged_run.id])).content.decode()
+    assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html

@@ -385,12 +385,12 @@ def test_send_action_with_an_empty_payload_sends_null(client, waits):
 
 BAD_FORMS = [
     pytest.param("waiting", {"name": "approval", "payload": "{no"}, "not valid JSON", id="json"),
-    pytest.param("waiting", {"name": "approval", "payload": "NaN"}, "non-finite", id="nan"),
-    pytest.param("waiting", {"name": "approval", "payload": "[" * 100_000}, "deeply", id="deep"),
+    pytest.param("waiting", {"name": "approval", "payload": "NaN"}, "NaN", id="nan"),
+    pytest.param("waiting", {"name": "approval", "payload": "[" * 100_000}, "nesting", id="deep"),
     pytest.param("waiting", {"name": "", "payload": "1"}, "non-empty", id="empty-name"),
     pytest.param("waiting", {"name": "a\x00", "payload": "1"}, "NUL", id="nul-name"),
     pytest.param("waiting", {"name": MEGABYTE}, "at most 255", id="megabyte-name"),
-    pytest.param("done", {"name": "approval"}, "is completed", id="finished"),
+    pytest.param("done", {"name": "approval"}, "has finished", id="finished"),
 ]
 
 
