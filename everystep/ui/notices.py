@@ -130,9 +130,21 @@ def _fork_refusal(run: Workflow, form: Any) -> str:
     return "fork-refused"
 
 
-def run_notices(query: Any, done: dict[str, str]) -> list[str]:
+def run_notices(query: Any, done: dict[str, str], run: Workflow) -> list[str]:
     """The run page's notices for its ``error`` and ``done`` keys (``done``: the texts of
     the actions' keys)."""
-    refused = REFUSED.get(query.get("error", ""))
+    key = query.get("error", "")
+    refused = _fork_reason(run, query.get("from_step", "")) if key == "fork-refused" else None
+    refused = refused or REFUSED.get(key)
     said = (refused and f"Error: {refused}", done.get(query.get("done", "")))
     return [text for text in said if text]
+
+
+def _fork_reason(run: Workflow, asked: str) -> str | None:
+    """The reason a fork of ``run`` is refused, worked out again by the server (a replay
+    check that writes nothing); ``asked``: the step the form named, used only if it is
+    one of the run's recorded steps."""
+    from everystep.engine.rerun import refusal
+
+    steps = {step.step_id for step in store.run_steps(run.id)} if asked else set()
+    return refusal(run, asked if asked in steps else None)

@@ -189,7 +189,7 @@ def run(request: HttpRequest, run_id: UUID) -> HttpResponse:
     # Its parent and children: read only for a run that has them (ui.family).
     family = family_context(found, steps.pop("started_children"))
     # ``error`` and ``done`` come from an action's redirect: keys, never text.
-    notices = run_notices(request.GET, actions.DONE)
+    notices = run_notices(request.GET, actions.DONE, found)
     context = {
         "nav": "runs",
         "notices": notices + steps.pop("step_notices"),

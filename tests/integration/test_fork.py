@@ -235,3 +235,28 @@ def test_the_command_forks_every_finished_run_a_filter_matches():
         fork_command("--status", "failed", "--args", "[1, 2]")
     with pytest.raises(CommandError, match="not both"):
         fork_command(str(failed[0].id), "--status", "failed")
+
+
+def test_the_ui_shows_why_a_fork_was_refused(client):
+    """The run page's Fork action refused: the page after it gives the reason, worked out
+    again by the server, not carried as text in the URL."""
+    from django.urls import reverse
+
+    from tests.staff import staff_user
+
+    original = failed_checkout()
+    client.force_login(staff_user("fork_workflow"))
+
+    def reordered(order: int, amount: int) -> list[object]:
+        return [wf.ship(order), wf.charge(order, amount)]
+
+    with deployed(wf.checkout, reordered):
+        response = client.post(
+            reverse("everystep:run-action", args=[original.id]), {"action": "fork"}
+        )
+        assert response.status_code == 302
+        assert "error=fork-refused" in response["Location"]
+        assert "replay" not in response["Location"]
+        page = client.get(response["Location"]).content.decode()
+    assert "would fail on replay" in page and "step 1 was recorded as" in page
+    assert not Workflow.objects.filter(forked_from=original).exists()
