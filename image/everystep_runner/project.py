@@ -85,13 +85,15 @@ def _apply_overrides(settings: RunnerSettings) -> None:
 def configure_logging(settings: RunnerSettings) -> None:
     """everystep's own records to stdout in the chosen format and level; the project's
     LOGGING keeps everything else."""
-    from everystep.logs import JsonFormatter
+    from everystep.logs import JsonFormatter, TextFormatter
 
     handler = logging.StreamHandler(sys.stdout)
     if settings.log_format == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        # Escapes line breaks and control characters in every record: a workflow name or
+        # a message cannot write a line that passes for another record.
+        handler.setFormatter(TextFormatter())
     logger = logging.getLogger("everystep")
     logger.handlers[:] = [handler]
     logger.setLevel(settings.log_level)
