@@ -260,8 +260,10 @@ def test_failed_sync_page_shows_its_error(ui: BrowserPage) -> None:
     expect()(page.locator("h1")).to_contain_text("demo.sync_catalogue")
     expect()(page.locator("h1 .es-badge.es-failed")).to_have_text("failed")
     expect()(page.locator("h2", has_text="Error")).to_have_count(1)
-    expect()(page.locator("p.es-error")).to_contain_text("builtins.ConnectionError")
-    expect()(page.locator("p.es-error")).to_contain_text("upstream timed out on page 3")
+    # The run's error (the failed step's row shows it again under the step).
+    error = page.locator("p.es-error").first
+    expect()(error).to_contain_text("builtins.ConnectionError")
+    expect()(error).to_contain_text("upstream timed out on page 3")
     # Every page of the fan-out ran; page 3 failed. The fork is "1", one branch per page.
     failed = page.locator('tr[id="step-1.3.page-3"] .es-badge.es-failed')
     expect()(failed).to_have_text("failed")
@@ -322,7 +324,7 @@ def test_keyboard_reaches_the_search_box_with_a_visible_focus(ui: BrowserPage) -
     page.goto(ui.url("/"))
     page.keyboard.press("Tab")
     expect()(page.locator(".es-skip")).to_be_focused()
-    for _ in range(3):  # the brand, Runs, Runners
+    for _ in range(4):  # the brand, Runs, Runners, Audit
         page.keyboard.press("Tab")
     page.keyboard.press("Tab")
     box = page.get_by_role("searchbox", name="Find a run")
