@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import AnonymousUser
-from django.core import checks
 from django.db import connection
 from django.http import Http404
 from django.test import RequestFactory
 
 from everystep import conf, health, options
+from everystep.checks import check_settings
 from everystep.metrics import metrics_view
 from everystep.worker import Worker
 from tests.staff import staff_user
@@ -82,6 +82,6 @@ def test_metrics_view_public_and_off(settings):
 
 def test_a_wrong_metrics_view_setting_is_a_system_check_error(settings):
     settings.EVERYSTEP_METRICS_VIEW = "everyone"
-    found = [m for m in checks.run_checks() if m.id == "everystep.E005"]
+    found = [m for m in check_settings() if m.id == "everystep.E005"]
     assert found and "'everyone'" in found[0].msg
     assert _metrics(AnonymousUser()).status_code == 403  # the safe rule meanwhile
