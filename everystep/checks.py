@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core import checks
 
 from everystep import conf, options
@@ -29,6 +30,36 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 f"EVERYSTEP_METRICS_VIEW must be one of {', '.join(conf.METRICS_VIEW_MODES)}, "
                 f"got {mode!r} (the permission rule applies meanwhile)",
                 id="everystep.E005",
+            )
+        )
+    errors += _check_aliases()
+    return errors
+
+
+def _check_aliases() -> list[checks.CheckMessage]:
+    errors: list[checks.CheckMessage] = []
+    aliases = ", ".join(settings.DATABASES)
+    for name, check_id in (
+        ("EVERYSTEP_DATABASE", "everystep.E006"),
+        ("EVERYSTEP_LISTEN_DATABASE", "everystep.E007"),
+    ):
+        alias = getattr(settings, name, None)
+        if alias is not None and alias not in settings.DATABASES:
+            errors.append(
+                checks.Error(
+                    f"{name} must name a DATABASES alias ({aliases}), got {alias!r}",
+                    id=check_id,
+                )
+            )
+    listen = getattr(settings, "EVERYSTEP_LISTEN_DATABASE", None)
+    if listen in settings.DATABASES and "postgresql" not in settings.DATABASES[listen].get(
+        "ENGINE", ""
+    ):
+        errors.append(
+            checks.Error(
+                f"EVERYSTEP_LISTEN_DATABASE names {listen!r}, which is not a PostgreSQL "
+                "database: LISTEN exists only there",
+                id="everystep.E007",
             )
         )
     return errors

@@ -8,9 +8,12 @@ in ``everystep.checks``.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.db import DEFAULT_DB_ALIAS
 
 from everystep import options
 
@@ -98,3 +101,33 @@ def worker_default(name: str) -> Any:
 def notify() -> bool:
     """Whether scheduling and requeueing send a PostgreSQL NOTIFY."""
     return bool(worker_default("notify"))
+
+
+@cache
+def database() -> str:
+    """``EVERYSTEP_DATABASE``: the ``DATABASES`` alias holding everystep's tables. Every
+    everystep statement names it, so a project's router never sends one elsewhere (a
+    read to a lagging replica, say). A value that is not an alias gives ``default`` (the
+    system checks report it). Cached: the hot path asks once per statement."""
+    alias = getattr(settings, "EVERYSTEP_DATABASE", DEFAULT_DB_ALIAS)
+    return alias if alias in settings.DATABASES else DEFAULT_DB_ALIAS
+
+
+@cache
+def listen_database() -> str | None:
+    """``EVERYSTEP_LISTEN_DATABASE``: an alias that reaches PostgreSQL directly, used only
+    to LISTEN (a transaction-mode pooler cannot hold one). Unset: LISTEN goes over
+    everystep's own alias. A value that is not an alias gives None (checks report it)."""
+    alias = getattr(settings, "EVERYSTEP_LISTEN_DATABASE", None)
+    if alias is None:
+        return database()
+    return alias if alias in settings.DATABASES else None
+
+
+def _forget(*, setting: str, **_: Any) -> None:
+    if setting in {"EVERYSTEP_DATABASE", "EVERYSTEP_LISTEN_DATABASE", "DATABASES"}:
+        database.cache_clear()
+        listen_database.cache_clear()
+
+
+setting_changed.connect(_forget)

@@ -3,41 +3,59 @@
 Scheduling and requeueing ``NOTIFY`` (delivered at commit, so a rolled-back schedule wakes
 nobody) and idle workers ``LISTEN`` on a connection of their own; elsewhere workers poll,
 and polling stays the correctness path everywhere.
+
+A transaction-mode pooler (PgBouncer) hands each transaction whichever server connection
+is free, so a LISTEN made through it is left behind on a connection the listener no longer
+has. NOTIFY is fine (it is part of the scheduling transaction); LISTEN goes over the alias
+``EVERYSTEP_LISTEN_DATABASE`` names, which connects directly. The worker's listener checks
+that notifications reach it (a probe of its own) and polls, having said so, if not.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from typing import Any
 
-from django.db import connection
+from django.db import connections
 
 from everystep import conf
 
 CHANNEL = "everystep_due"
 # Where a run that someone awaits announces its end (``everystep.store.awaits``).
 ENDED_CHANNEL = "everystep_ended"
+# How long the listener waits for its own probe before deciding LISTEN does not work.
+PROBE_TIMEOUT = 5.0
 logger = logging.getLogger("everystep.worker")
+
+
+def _notify(channel: str) -> None:
+    conn = connections[conf.database()]
+    if conn.vendor == "postgresql" and conf.notify():
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, '')", [channel])
 
 
 def notify_due() -> None:
     """Tell listening workers that a run became due (PostgreSQL, when enabled)."""
-    if connection.vendor == "postgresql" and conf.notify():
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+    _notify(CHANNEL)
 
 
 def notify_ended() -> None:
     """Tell blocking ``result()`` callers that an awaited run ended (PostgreSQL)."""
-    if connection.vendor == "postgresql" and conf.notify():
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, '')", [ENDED_CHANNEL])
+    _notify(ENDED_CHANNEL)
 
 
 def can_listen() -> bool:
-    return connection.vendor == "postgresql"
+    """Whether everystep's database sends NOTIFY and a PostgreSQL alias can LISTEN."""
+    listen = conf.listen_database()
+    return (
+        connections[conf.database()].vendor == "postgresql"
+        and listen is not None
+        and connections[listen].vendor == "postgresql"
+    )
 
 
 # Connection parameters Django adds for its own cursors that libpq does not know.
@@ -52,10 +70,16 @@ _DJANGO_ONLY = {
 }
 
 
-def _listen_params() -> dict[str, Any]:
-    """The default connection's parameters, for a connection of our own to LISTEN on."""
-    params: dict[str, Any] = connection.get_connection_params()
+def _params(alias: str) -> dict[str, Any]:
+    """Alias ``alias``'s connection parameters, for a psycopg connection of our own."""
+    params: dict[str, Any] = connections[alias].get_connection_params()
     return {k: v for k, v in params.items() if k not in _DJANGO_ONLY}
+
+
+def _listen_params() -> dict[str, Any]:
+    listen = conf.listen_database()
+    assert listen is not None, "can_listen() is checked first"
+    return _params(listen)
 
 
 class EndedListener:
@@ -110,7 +134,9 @@ class Listener(threading.Thread):
         self.wake = wake
         self.stop_event = stop
         self.listening = threading.Event()
+        self.alias = conf.listen_database()
         self.params = _listen_params()
+        self.notify_params = _params(conf.database())
 
     def run(self) -> None:
         import psycopg
@@ -120,6 +146,8 @@ class Listener(threading.Thread):
             try:
                 with psycopg.connect(**self.params, autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
+                    if not self._probe(conn):
+                        return
                     backoff = 0.5
                     self.listening.set()
                     # A notification may have been missed while (re)connecting.
@@ -136,3 +164,28 @@ class Listener(threading.Thread):
                 )
                 self.stop_event.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
+
+    def _probe(self, conn: Any) -> bool:
+        """Whether a NOTIFY sent the way scheduling sends it reaches this LISTEN. Through
+        a transaction-mode pooler it does not: say so once, and leave waking to the poll."""
+        import psycopg
+
+        token = secrets.token_hex(8)
+        with psycopg.connect(**self.notify_params, autocommit=True) as sender:
+            sender.execute("SELECT pg_notify(%s, %s)", [CHANNEL, token])
+        deadline = time.monotonic() + PROBE_TIMEOUT
+        while (left := deadline - time.monotonic()) > 0 and not self.stop_event.is_set():
+            for note in conn.notifies(timeout=min(left, 0.5)):
+                if note.payload == token:
+                    return True
+                self.wake.set()
+        if not self.stop_event.is_set():
+            logger.warning(
+                "notifications do not reach this worker's LISTEN on database alias %r "
+                "(a transaction-mode pooler such as PgBouncer cannot hold one): set "
+                "EVERYSTEP_LISTEN_DATABASE to an alias that connects to PostgreSQL "
+                "directly; until then idle workers find new runs by polling",
+                self.alias,
+                extra={"event": "worker.listen_unavailable"},
+            )
+        return False
