@@ -23,8 +23,8 @@ VENV_TOOLS ?= .venv-tools
 TOOLS := checkov==3.3.30 kubernetes-validate==1.37.0
 K8S_VERSION ?= 1.37.0
 
-.PHONY: demo test lint docs unit quickstart integration modes compat browser image image-test \
-	image-constraints compose-check install install-dev clean manifest-check install-tools
+.PHONY: demo test lint docs unit quickstart integration pgbouncer modes compat browser image \
+	image-test image-constraints compose-check install install-dev clean manifest-check install-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,14 @@ modes: install-dev
 		EVERYSTEP_TEST_DB=$$db $(MODES_ENV) $(BIN)/pytest $(MODES_TESTS) || exit 1; \
 	done
 
+# The PostgreSQL worker and acceptance tests once more through PgBouncer in transaction mode
+# (.ci/pgbouncer start: 127.0.0.1:6432, as .ci/run does), with LISTEN over a direct alias.
+POOLER_TESTS := tests/acceptance tests/integration/test_worker_embedded.py \
+	tests/integration/test_worker_resilience.py
+pgbouncer: install-dev
+	@pg_isready -q -h 127.0.0.1 -p 6432 || { echo "pgbouncer: nothing on 127.0.0.1:6432; run .ci/pgbouncer start"; exit 1; }
+	EVERYSTEP_TEST_DB=postgres EVERYSTEP_TEST_PGBOUNCER=1 $(BIN)/pytest $(POOLER_TESTS)
+
 # The UI in a real browser: Debian's chromium (/usr/bin/chromium) driven by Playwright;
 # axe-core (the accessibility rules the tests inject) from tests/browser's lockfile.
 browser: install-dev
@@ -142,7 +150,7 @@ manifest-check: install-tools
 	$(VENV_TOOLS)/bin/checkov --quiet --compact --skip-download --framework dockerfile \
 		-f Dockerfile
 
-test: lint docs manifest-check unit quickstart integration modes browser compat \
+test: lint docs manifest-check unit quickstart integration pgbouncer modes browser compat \
 	compose-check image-test
 
 clean:

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -11,6 +13,49 @@ def _hermetic_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.startswith("EVERYSTEP_") and not key.startswith("EVERYSTEP_TEST_"):
             monkeypatch.delenv(key)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """pytest-django's test databases, and on PostgreSQL two things PgBouncer needs: the
+    "direct" alias of the pooler mode pointed at PostgreSQL itself again (the test
+    database is created through the pooler, and a mirror would copy its port), and, at
+    the end, the pooler's server connections to the test database closed, which would
+    otherwise make DROP DATABASE fail."""
+    from django.db import connections
+
+    if "direct" in connections.settings:
+        from django.conf import settings
+
+        connections["direct"].settings_dict = {
+            **connections["default"].settings_dict,
+            "PORT": settings.DATABASES["direct"]["PORT"],
+        }
+    yield
+    if os.environ.get("EVERYSTEP_TEST_DB") == "postgres":
+        with django_db_blocker.unblock():
+            _close_other_sessions(connections["default"].settings_dict["NAME"])
+
+
+def _close_other_sessions(database: str) -> None:
+    """Close every session on ``database`` but this one, connecting to PostgreSQL directly."""
+    import psycopg
+    from django.conf import settings
+
+    server = settings.DATABASES.get("direct", settings.DATABASES["default"])
+    with psycopg.connect(
+        host=server["HOST"],
+        port=server["PORT"],
+        user=server["USER"],
+        password=server["PASSWORD"],
+        dbname="postgres",
+        autocommit=True,
+    ) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            [database],
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -73,6 +73,21 @@ if os.environ.get("EVERYSTEP_TEST_SUBPROCESS") and BACKEND != "sqlite":
 
 # Keep worker connections between runs, as a production worker should.
 DATABASES["default"].update(CONN_MAX_AGE=300, CONN_HEALTH_CHECKS=True)
+
+# EVERYSTEP_TEST_PGBOUNCER=1 (PostgreSQL): every connection goes through PgBouncer in
+# transaction mode (.ci/pgbouncer, 127.0.0.1:6432), as production often does, and the
+# workers' LISTEN over the alias "direct", which reaches PostgreSQL itself (unless
+# EVERYSTEP_TEST_LISTEN_DIRECT=0: then LISTEN goes through the pooler too, and fails).
+if BACKEND == "postgres" and os.environ.get("EVERYSTEP_TEST_PGBOUNCER") == "1":
+    # A mirror: the test database is created once, through the pooler.
+    DATABASES["direct"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
+    DATABASES["default"].update(
+        PORT=os.environ.get("EVERYSTEP_TEST_PGBOUNCER_PORT", "6432"),
+        # Named cursors live in a session, which a transaction-mode pooler does not keep.
+        DISABLE_SERVER_SIDE_CURSORS=True,
+    )
+    if os.environ.get("EVERYSTEP_TEST_LISTEN_DIRECT", "1") == "1":
+        EVERYSTEP_LISTEN_DATABASE = "direct"
 # A second database, which an atomic step must not touch (tests that use it ask for it).
 DATABASES["aside"] = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
 

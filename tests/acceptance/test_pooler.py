@@ -1,0 +1,86 @@
+"""Workers behind PgBouncer in transaction mode (``.ci/pgbouncer``, 127.0.0.1:6432).
+
+Whatever tier runs them, these workers connect through the pooler (the test settings'
+``EVERYSTEP_TEST_PGBOUNCER``); `make pgbouncer` runs the whole worker and acceptance
+suite that way too. A LISTEN made through the pooler is stranded on a server connection
+the worker no longer holds: the worker must notice, say so once, and poll; with
+``EVERYSTEP_LISTEN_DATABASE`` naming a direct alias it must wake at once.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import pytest
+from django.db import connections
+
+from everystep import schedule
+from everystep.models import Runner, Workflow
+from tests.acceptance.conftest import wait_until
+from tests.testapp import workflows as wf
+
+pytestmark = [pytest.mark.backends("postgres"), pytest.mark.django_db(transaction=True)]
+
+PORT = "6432"
+UNREACHED = "notifications do not reach this worker's LISTEN"
+
+
+@pytest.fixture(autouse=True)
+def _pooler() -> None:
+    ready = subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", PORT], check=False)
+    if ready.returncode != 0:
+        pytest.fail(f"PgBouncer is not running on 127.0.0.1:{PORT}: `.ci/pgbouncer start`")
+
+
+def pooled(listen_direct: bool) -> dict[str, str]:
+    return {
+        "EVERYSTEP_TEST_PGBOUNCER": "1",
+        "EVERYSTEP_TEST_PGBOUNCER_PORT": PORT,
+        "EVERYSTEP_TEST_LISTEN_DIRECT": "1" if listen_direct else "0",
+    }
+
+
+def transactions_through_pooler() -> int:
+    """Transactions PgBouncer has carried to the test database (its admin console)."""
+    database = connections["default"].settings_dict["NAME"]
+    out = subprocess.run(
+        ["psql", "-h", "127.0.0.1", "-p", PORT, "-U", "postgres", "-tA", "-F", " "]
+        + ["-c", "SHOW STATS", "pgbouncer"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    # SHOW STATS: database, total_xact_count, …
+    return sum(int(row.split()[1]) for row in out.splitlines() if row.split()[:1] == [database])
+
+
+def completed(run: Workflow) -> bool:
+    return Workflow.objects.get(id=run.id).status == "completed"
+
+
+def test_listen_through_the_pooler_is_reported_once_and_the_worker_polls(workers):
+    proc = workers("pooled-poller", "--poll", "0.5", env=pooled(listen_direct=False))
+    wait_until(lambda: UNREACHED in proc.log(), 60, "the worker to report its LISTEN")
+    run = schedule(wf.three_steps, 1)
+    wait_until(lambda: completed(run), 30, "the run to complete by polling")
+    proc.signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    assert proc.log().count(UNREACHED) == 1
+    assert "EVERYSTEP_LISTEN_DATABASE" in proc.log()
+
+
+def test_behind_the_pooler_a_direct_listen_wakes_the_worker(workers):
+    before = transactions_through_pooler()
+    proc = workers("pooled-listener", "--poll", "60", env=pooled(listen_direct=True))
+    wait_until(lambda: Runner.objects.filter(name="pooled-listener").exists(), 60, "the start")
+    time.sleep(1.0)  # the first (empty) claim passes and the worker goes idle
+    run = schedule(wf.three_steps, 1)
+    # Far below the 60 s poll: only the NOTIFY, heard on the direct alias, explains it.
+    wait_until(lambda: completed(run), 20, "the run to complete")
+    proc.signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    assert UNREACHED not in proc.log()
+    # The worker's own statements went through the pooler.
+    assert transactions_through_pooler() > before
