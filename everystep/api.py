@@ -131,7 +131,9 @@ def schedule(
     delay: timedelta | float | None = None,
     idempotency_key: str | None = None,
 ) -> Workflow:
-    """Insert a ``scheduled`` run of ``workflow_fn(*args)`` in the current transaction.
+    """Insert a ``scheduled`` run of ``workflow_fn(*args)`` in the current transaction on
+    everystep's database (``EVERYSTEP_DATABASE``); a transaction on another alias does not
+    hold it back: there the run commits at once, whatever becomes of that transaction.
 
     ``at`` (a datetime; naive is read in the project's time zone) or ``delay`` (a
     ``timedelta`` or seconds) starts it later: no worker claims it before then. With

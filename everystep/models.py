@@ -15,6 +15,7 @@ from django.db.models import DateTimeField, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from everystep import conf
 from everystep.values import Claim
 
 _uuid7_lock = threading.Lock()
@@ -101,6 +102,39 @@ def finish_fields(status: str, result: Any, error: Any, now: Any) -> dict[str, A
     }
 
 
+class OwnDatabaseManager(models.Manager[Any]):
+    """A manager whose querysets name everystep's alias (``EVERYSTEP_DATABASE``), so a
+    project's router never sends an everystep read to a replica, or a write elsewhere.
+    An alias given explicitly (``db_manager``, Django's deletion collector) still wins."""
+
+    def get_queryset(self) -> models.QuerySet[Any]:
+        queryset = super().get_queryset()
+        return queryset if self._db else queryset.using(conf.database())
+
+
+class EverystepModel(models.Model):
+    """The base of everystep's tables: every query and write goes to everystep's alias,
+    whatever a router says."""
+
+    objects = OwnDatabaseManager()
+
+    class Meta:
+        abstract = True
+        # Forward relations (``step.workflow``) and ``refresh_from_db`` go through the base
+        # manager; Django takes a model's from its first parent's, so naming it here pins
+        # them without an option on each table (which a migration would have to record).
+        base_manager_name = "objects"
+
+    def save(self, *args: Any, using: str | None = None, **kwargs: Any) -> None:
+        # Model.save asks the router, not the manager, where an instance goes.
+        super().save(*args, using=using or conf.database(), **kwargs)
+
+    def delete(
+        self, using: str | None = None, keep_parents: bool = False
+    ) -> tuple[int, dict[str, int]]:
+        return super().delete(using=using or conf.database(), keep_parents=keep_parents)
+
+
 class WorkflowQuerySet(models.QuerySet["Workflow"]):
     """The transitions of a run's status; callers say which one they want, and each
     states its ``UPDATE`` once here. Each returns the number of rows it changed."""
@@ -138,10 +172,13 @@ class WorkflowQuerySet(models.QuerySet["Workflow"]):
         return self.exclude(status__in=FINAL_STATUSES)
 
 
-class Workflow(models.Model):
+WorkflowManager = OwnDatabaseManager.from_queryset(WorkflowQuerySet)
+
+
+class Workflow(EverystepModel):
     """One run of a workflow."""
 
-    objects = WorkflowQuerySet.as_manager()
+    objects = WorkflowManager()  # type: ignore[misc]  # a narrower manager, as Django allows
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     name = models.CharField(max_length=255)
@@ -222,7 +259,7 @@ class Workflow(models.Model):
         return f"{self.name} {self.id} ({self.status})"
 
 
-class Step(models.Model):
+class Step(EverystepModel):
     """The recorded outcome (or, for an unsafe step, the start) of one step call."""
 
     workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="steps")
@@ -248,7 +285,7 @@ class Step(models.Model):
         return f"{self.step_id} {self.name} ({self.status})"
 
 
-class Event(models.Model):
+class Event(EverystepModel):
     """An event sent to a run (``everystep.send``): kept until the run's ``wait_for`` of
     that name takes it; one per (run, name), the first payload wins."""
 
@@ -266,7 +303,7 @@ class Event(models.Model):
         return f"{self.name} for {self.workflow_id}"
 
 
-class RunWait(models.Model):
+class RunWait(EverystepModel):
     """One run a waiting body awaits (``result``, ``gather``): the waiter is woken once
     no row of its own is left (each awaited run's end deletes its rows)."""
 
@@ -284,7 +321,7 @@ class RunWait(models.Model):
         return f"{self.waiter_id} awaits {self.awaited_run_id}"
 
 
-class AuditEntry(models.Model):
+class AuditEntry(EverystepModel):
     """One write action an operator took, from the UI or a command: who, when, what, on
     which runs (one run, a few, or a filter with the count it matched), and why."""
 
@@ -314,7 +351,7 @@ class AuditEntry(models.Model):
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.action} by {self.actor}"
 
 
-class Runner(models.Model):
+class Runner(EverystepModel):
     """A live (or recently live) worker process: its heartbeat row."""
 
     name = models.CharField(max_length=255, unique=True)
@@ -324,6 +361,11 @@ class Runner(models.Model):
     draining = models.BooleanField(default=False)
     started_at = models.DateTimeField()
     last_seen = models.DateTimeField(db_index=True)
+
+    class Meta:
+        # Its own Meta: one inherited from EverystepModel would record the base manager
+        # as an option of this table (a migration). EverystepModel pins it anyway.
+        pass
 
     def __str__(self) -> str:
         return f"{self.name} ({self.inflight}/{self.pool_size})"

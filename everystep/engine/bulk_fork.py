@@ -15,11 +15,9 @@ import logging
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from django.db import transaction
-
 from everystep.errors import EverystepError
 from everystep.models import AuditEntry
-from everystep.store import audit
+from everystep.store import audit, database
 from everystep.store.audit import Actor
 from everystep.store.bulk import DEFAULT_BATCH_SIZE, RunFilter, for_each_batch
 
@@ -55,7 +53,7 @@ def bulk_fork(
         for run_id in batch:
             # The fork and its count in the entry commit together: the entry never
             # counts a fork that is not there, nor misses one that is.
-            with transaction.atomic():
+            with database.atomic():
                 if _fork(run_id, from_step, done):
                     entry = _counted(entry, actor, run_filter, run_id)
     if entry is None:  # nothing forked: the action is on record all the same

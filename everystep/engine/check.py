@@ -26,8 +26,6 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from django.db import transaction
-
 from everystep import registry, store
 from everystep.engine.execute import replay
 from everystep.engine.state import RunState
@@ -39,6 +37,7 @@ from everystep.errors import (
     Terminal,
     WorkflowCodeError,
 )
+from everystep.store import database
 from everystep.store.replay_check import RunToCheck
 from everystep.values import Claim
 
@@ -152,10 +151,10 @@ def check_pass(
     )
     # A savepoint: a statement the database refuses (a body writing between its steps)
     # must not spoil the batch's transaction for the runs after this one.
-    with transaction.atomic():
+    with database.atomic():
         _, outcome = replay(state, defn, run.args)
         if roll_back:
-            transaction.set_rollback(True)
+            database.set_rollback()
     return state, outcome
 
 

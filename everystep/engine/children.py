@@ -13,9 +13,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from django.db import DEFAULT_DB_ALIAS
-
-from everystep import store
+from everystep import conf, store
 from everystep.engine.recorded import code_changed, reach
 from everystep.engine.replay import Decision
 from everystep.engine.state import Frame
@@ -53,4 +51,4 @@ def start(
 def handle(run_id: UUID, name: str, parent: UUID | None) -> Workflow:
     """The child as a ``Workflow`` without reading it: its id, name and parent are
     known; any other field is read from the database when first used."""
-    return Workflow.from_db(DEFAULT_DB_ALIAS, ["id", "name", "parent_id"], [run_id, name, parent])
+    return Workflow.from_db(conf.database(), ["id", "name", "parent_id"], [run_id, name, parent])

@@ -21,8 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from django.db import connection
-
 from everystep import conf, failure_detail, registry, serde, signals, store, tracing
 from everystep.engine.crashes import simulated_crash
 from everystep.engine.state import Frame, RunState, Scope, current_frame
@@ -39,6 +37,7 @@ from everystep.errors import (
     TooManyRecoveries,
 )
 from everystep.models import Status
+from everystep.store import database
 from everystep.values import Claim
 
 logger = logging.getLogger("everystep.engine")
@@ -108,7 +107,7 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
         should_drain=should_drain,
         # Branch threads cannot see the rows of an enclosing, uncommitted transaction
         # (a test wrapped in one), so forks run inline there.
-        threads_allowed=not connection.in_atomic_block,
+        threads_allowed=not database.connection().in_atomic_block,
     )
     signals.run_started.send(
         sender=RunState,

@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from django.db import connection
 from django.utils import timezone
 
 from everystep import serde, store
@@ -44,6 +43,7 @@ from everystep.errors import (
     WaitTimeout,
 )
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
+from everystep.store import database
 
 RESULT = "everystep.result"
 GATHER = "everystep.gather"
@@ -206,7 +206,7 @@ def _poll(ids: list[uuid.UUID], limit: timedelta | None, what: str) -> list[dict
     ended = _outcomes(ids, what)
     if ended is not None:
         return ended
-    if connection.in_atomic_block:
+    if database.connection().in_atomic_block:
         raise EverystepError(
             f"{what} would wait inside a database transaction, holding it open until the "
             "runs end (and, with a run scheduled in it, forever): call it outside "

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import connections
 from django.utils import timezone
 
-from everystep import failure_detail, serde, store, tracing
+from everystep import conf, failure_detail, serde, store, tracing
 from everystep.engine.crashes import maybe_crash
 from everystep.engine.recorded import body_frame, reach, served
 from everystep.engine.replay import Decision
@@ -25,6 +25,7 @@ from everystep.errors import (
 )
 from everystep.models import StepStatus
 from everystep.registry import StepDef
+from everystep.store import database
 
 
 def call_step(
@@ -149,11 +150,12 @@ def atomic_body(run: RunState, step_id: str, name: str) -> Iterator[None]:
             )
         )
 
+    ours = conf.database()
     with ExitStack() as guards:
         for alias in connections:
-            if alias != DEFAULT_DB_ALIAS:
+            if alias != ours:
                 guards.enter_context(connections[alias].execute_wrapper(refuse))
-        with transaction.atomic():
+        with database.atomic():
             yield
             if run.aborted is not None:  # the body swallowed its refusal: roll back
                 raise run.aborted

@@ -1,6 +1,7 @@
 """Every query and update the engine, the worker, the commands and the UI make; nothing
 outside this package builds a queryset of its own.
 
+- ``database``: everystep's alias (``EVERYSTEP_DATABASE``): its connection, its transactions;
 - ``sql``: the hot-path statements' machinery, per database;
 - ``claims``: claiming due runs, per database;
 - ``fenced``: every write made for a claimed run (records, its outcome, releasing it);

@@ -24,11 +24,11 @@ import uuid
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from everystep.models import FINAL_STATUSES, RunWait, Status, Workflow
+from everystep.store import database
 from everystep.store.guard import guarded
 from everystep.store.wake import notify_due, notify_ended
 
@@ -58,7 +58,7 @@ def ended(runs: Iterable[uuid.UUID]) -> None:
         now = timezone.now()
         nothing_left = ~Exists(RunWait.objects.filter(waiter_id=OuterRef("id")))
         asleep = Q(due_at__isnull=True) | Q(due_at__gt=now)
-        with transaction.atomic():
+        with database.atomic():
             # The waiters' rows first (a no-op update: on SQLite it takes the write lock
             # at once): two runs ending together for one waiter take turns, and the
             # second sees the first's rows gone. One transaction: a crash leaves the rows,

@@ -20,13 +20,12 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from django.db import connection, transaction
 from django.db.models import F
 
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, AuditEntry, Status, Workflow, WorkflowQuerySet, uuid7
 from everystep.serde import encode_error
-from everystep.store import audit, awaits
+from everystep.store import audit, awaits, database
 from everystep.store.audit import Actor
 from everystep.store.reports import filtered_runs, id_bounds
 from everystep.store.runs import cancel_children
@@ -199,7 +198,7 @@ def _act(action: _Action, run_filter: RunFilter, actor: Actor, batch_size: int, 
     touched = 0
     last: UUID | None = None
     while True:
-        with transaction.atomic():
+        with database.atomic():
             # The batch is read again under lock with the filter and the rule: a run
             # that changed status since it was counted is skipped, not an error, and
             # the UPDATE changes exactly the runs locked.
@@ -237,7 +236,7 @@ def _take_write_lock() -> None:
     # that reads and then writes fails at once ("database is locked") if another
     # connection wrote in between. A write first takes the database's write lock for the
     # whole transaction; an UPDATE that matches no row takes it just the same.
-    if connection.vendor == "sqlite":
+    if database.connection().vendor == "sqlite":
         Workflow.objects.filter(id=_NO_RUN).update(status=F("status"))
 
 

@@ -23,11 +23,11 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from everystep.models import Status, Step, Workflow, take_fields
+from everystep.store import database
 from everystep.store.sql import RUNS, SCHEDULED, STEPS, Vendor, current
 from everystep.times import from_row
 from everystep.values import Claim
@@ -114,7 +114,7 @@ def _claim_locking(runner: str, token: uuid.UUID, limit: int) -> list[Claim]:
         f"FROM {RUNS} w WHERE w.{_DUE} LIMIT %s FOR UPDATE{skip}"
     )
     now = timezone.now()
-    with transaction.atomic(), conn.cursor() as cursor:
+    with database.atomic(), conn.cursor() as cursor:
         cursor.execute(select, [db.param("due_at", now), limit])
         rows = cursor.fetchall()
         if rows:

@@ -26,8 +26,6 @@ from django.db import (
     IntegrityError,
     InterfaceError,
     OperationalError,
-    connection,
-    transaction,
 )
 from django.utils import timezone
 
@@ -41,7 +39,7 @@ from everystep.models import (
     finish_fields,
     uuid7,
 )
-from everystep.store import awaits
+from everystep.store import awaits, database
 from everystep.store.guard import guarded
 from everystep.store.sql import RUNS, STEPS, Vendor, current, fenced
 from everystep.store.wake import notify_due
@@ -114,9 +112,9 @@ def record_step(
     # A child's run and its start's record commit together: a transaction. Inside a
     # caller's transaction (a test wrapped in one) a failed statement would spoil it; a
     # savepoint keeps it usable. A worker's step record needs neither and pays nothing.
-    together = child is not None or connection.in_atomic_block
+    together = child is not None or database.connection().in_atomic_block
     try:
-        with transaction.atomic() if together else nullcontext():
+        with database.atomic() if together else nullcontext():
             if child is not None:
                 values["result"] = {"run": str(_insert_child(claim, child)), "workflow": child.name}
             if after_started and _settle(claim, step_id, values):
@@ -217,7 +215,7 @@ def fenced_transaction(claim: Claim) -> Iterator[None]:
     the step, and the body's writes and the step's record commit together or not at all.
     ``ClaimLost``/``RunGone`` if the claim no longer holds the run: nothing runs."""
     try:
-        with transaction.atomic():
+        with database.atomic():
             if not Workflow.objects.held_by(claim).update(claim_token=claim.token):
                 raise refused(claim)
             yield
@@ -308,7 +306,7 @@ def suspend_run(
     updates (locks) the row before inserting the event. The race with an awaited run
     ending meanwhile is closed the same way from the other side (``awaits.hold``)."""
     now = timezone.now()
-    with transaction.atomic():
+    with database.atomic():
         # The awaited runs' rows are locked before this run's own (``awaits``: one order).
         pending = awaits.hold(claim.run_id, runs) if runs else []
         released = Workflow.objects.held_by(claim).update(
@@ -320,7 +318,7 @@ def suspend_run(
             updated_at=now,
         )
         if not released:
-            transaction.set_rollback(True)
+            database.set_rollback()
             return False
         woken = bool(runs) and not pending
         if events:

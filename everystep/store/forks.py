@@ -7,11 +7,11 @@ from collections.abc import Collection
 from typing import Any
 from uuid import UUID
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 
 from everystep.errors import EverystepError
 from everystep.models import Step, Workflow
-from everystep.store import audit
+from everystep.store import audit, database
 from everystep.store.wake import notify_due
 
 # Copied step rows per INSERT: well under every database's limit on parameters.
@@ -32,7 +32,7 @@ def create_fork(
     ``copied``; ``from_step``: where it executes from (None: after every copied record).
     The original is only read."""
     try:
-        with transaction.atomic():
+        with database.atomic():
             run = Workflow.objects.create(
                 id=new_id,
                 name=original.name,

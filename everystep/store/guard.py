@@ -9,9 +9,10 @@ import functools
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
-from django.db import InterfaceError, OperationalError, connection
+from django.db import InterfaceError, OperationalError
 
 from everystep.errors import EverystepError, StoreUnavailable
+from everystep.store import database
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -41,12 +42,12 @@ _PACKET_TOO_LARGE = 1153
 
 def too_large(exc: Exception) -> EverystepError | None:
     """The ``EverystepError`` for a write refused for its size, else None."""
-    if connection.vendor != "mysql" or not exc.args or exc.args[0] != _PACKET_TOO_LARGE:
+    if database.connection().vendor != "mysql" or not exc.args or exc.args[0] != _PACKET_TOO_LARGE:
         return None
-    if not connection.in_atomic_block:
+    if not database.connection().in_atomic_block:
         # The server drops the connection after this error: the next statement (the
         # run's failure) must open a new one.
-        connection.close()
+        database.connection().close()
     return EverystepError(
         f"the database refused a value this large ({exc.args[-1]}): raise the server's "
         "max_allowed_packet, or keep large data out of arguments and results"

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 
 from everystep.errors import EverystepError
 from everystep.models import Status, Step, Workflow
+from everystep.store import database
 from everystep.values import RecordedStep
 
 # Statuses a run can be replayed from: waiting runs are ``scheduled`` (``due_at`` and
@@ -42,23 +42,23 @@ def read_only() -> Iterator[None]:
     """A transaction the database refuses to write in, with one snapshot for all its
     reads. Refused inside an open transaction: the mode must be set before its first
     statement, and would otherwise leak into the caller's transaction."""
-    if connection.in_atomic_block:
+    if database.connection().in_atomic_block:
         raise EverystepError(
             "the replay check must run outside a transaction (it opens read-only ones)"
         )
-    if connection.vendor == "sqlite":
+    if database.connection().vendor == "sqlite":
         # No read-only transactions: the connection itself refuses writes meanwhile.
-        with connection.cursor() as cursor:
+        with database.connection().cursor() as cursor:
             cursor.execute("PRAGMA query_only = ON")
         try:
-            with transaction.atomic():
+            with database.atomic():
                 yield
         finally:
-            with connection.cursor() as cursor:
+            with database.connection().cursor() as cursor:
                 cursor.execute("PRAGMA query_only = OFF")
         return
-    with transaction.atomic():
-        with connection.cursor() as cursor:
+    with database.atomic():
+        with database.connection().cursor() as cursor:
             # First statement of the transaction: PostgreSQL sets this transaction's mode;
             # MariaDB (autocommit off, nothing read yet) sets the one the next read opens.
             # Repeatable read: the runs and their steps, read by separate queries while

@@ -11,12 +11,11 @@ from operator import attrgetter
 from typing import Any
 from uuid import UUID
 
-from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
 from everystep.models import AuditEntry, Status, Step, Workflow, WorkflowQuerySet
-from everystep.store import audit
+from everystep.store import audit, database
 from everystep.store.waits import waiting_count
 from everystep.times import aware
 
@@ -53,7 +52,7 @@ def queue_stats() -> dict[str, Any]:
 
 def ping() -> None:
     """Raise if the database cannot be reached."""
-    with connection.cursor() as cursor:
+    with database.connection().cursor() as cursor:
         cursor.execute("SELECT 1")
         cursor.fetchone()
 
@@ -62,7 +61,7 @@ def unapplied_migrations() -> list[str]:
     """Migrations of every app that the database does not have yet."""
     from django.db.migrations.executor import MigrationExecutor
 
-    executor = MigrationExecutor(connection)
+    executor = MigrationExecutor(database.connection())
     plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
     return [f"{migration.app_label}.{migration.name}" for migration, _ in plan]
 
@@ -268,8 +267,8 @@ def prune_batch(
     ``(0, 0)`` once nothing is left. The runs' own audit entries go with them (the
     ORM's cascade); ``entry``, the prune's own, counts up in the same transaction."""
     due = Workflow.objects.filter(**_prunable(cutoff, statuses)).order_by("id")
-    with transaction.atomic():
-        if transaction.get_connection().vendor == "sqlite":
+    with database.atomic():
+        if database.connection().vendor == "sqlite":
             # Write first: the DELETE takes SQLite's write lock before anything is read,
             # and holding it keeps the batch the same for the second statement. A read
             # that later turns into a write fails at once if a worker wrote meanwhile.

@@ -8,12 +8,12 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError
 from django.db.models import Count, F
 from django.utils import timezone
 
 from everystep.models import Runner, Status, Workflow
-from everystep.store import audit
+from everystep.store import audit, database
 from everystep.store.audit import Actor
 from everystep.store.wake import notify_due
 
@@ -91,7 +91,7 @@ def _requeue_held(also: Also, **held_by: Any) -> Requeued:
     candidates = Workflow.objects.filter(status=Status.RUNNING, **held_by)
     if not candidates.exists():
         return []
-    if connection.features.has_select_for_update_skip_locked:
+    if database.connection().features.has_select_for_update_skip_locked:
         return _requeue_unlocked(candidates, also)
     return _mark_and_requeue(candidates, also)
 
@@ -100,8 +100,8 @@ def _requeue_unlocked(candidates: Any, also: Also) -> Requeued:
     """PostgreSQL, MariaDB: lock the candidates, skipping rows another transaction holds
     (another sweeper, perhaps paused mid-transaction: waiting behind it would stall this
     worker's heartbeat until live runners looked dead), then requeue exactly those."""
-    of = {"of": ("self",)} if connection.features.has_select_for_update_of else {}
-    with transaction.atomic():
+    of = {"of": ("self",)} if database.connection().features.has_select_for_update_of else {}
+    with database.atomic():
         locked = candidates.select_for_update(skip_locked=True, **of)
         requeued = list(locked.values_list("id", "name", "claimed_by"))
         if requeued:
@@ -118,7 +118,7 @@ def _mark_and_requeue(candidates: Any, also: Also) -> Requeued:
     rows reported are exactly the rows requeued, and marking and requeueing commit
     together: no run is ever left running under a token nobody holds."""
     token = uuid.uuid4()
-    with transaction.atomic():
+    with database.atomic():
         # Taking a run from a dead holder is a recovery (see Workflow.recoveries).
         if not candidates.update(claim_token=token, recoveries=F("recoveries") + 1):
             return []

@@ -12,12 +12,11 @@ from uuid import UUID
 
 from django.apps import apps
 from django.db import (
+    DEFAULT_DB_ALIAS,
     DatabaseError,
     IntegrityError,
     OperationalError,
     ProgrammingError,
-    connection,
-    transaction,
 )
 from django.utils import timezone
 
@@ -28,7 +27,7 @@ from everystep.errors import (
 )
 from everystep.models import Status, Step, StepStatus, Workflow
 from everystep.serde import encode, encode_error, parse_json, storable_text
-from everystep.store import audit, awaits
+from everystep.store import audit, awaits, database
 from everystep.store.audit import Actor
 from everystep.store.guard import guarded, too_large
 from everystep.store.wake import notify_due
@@ -74,7 +73,7 @@ def _insert_run(
         # upgrade a shared lock, which fails at once under concurrent writers instead of
         # waiting. The savepoint keeps the caller's transaction usable when the unique
         # index refuses the insert.
-        with transaction.atomic():
+        with database.atomic():
             run = Workflow.objects.create(
                 name=name,
                 args=args,
@@ -137,17 +136,20 @@ def missing_tables(exc: BaseException) -> TablesMissing | None:
     if cause is None or not any(table in str(cause) for table in tables):
         return None
     try:
-        present = set(connection.introspection.table_names())
+        present = set(database.connection().introspection.table_names())
     except DatabaseError:  # unreachable after all: an outage, not missing tables
         return None
     missing = [table for table in tables if table not in present]
     if not missing:
         return None
-    database = str(connection.settings_dict.get("NAME"))
+    conn = database.connection()
+    name = str(conn.settings_dict.get("NAME"))
     lacks = "none of them" if len(missing) == len(tables) else f"no {', '.join(missing)}"
+    # On an alias of its own, a plain `migrate` would create the tables in "default".
+    also = "" if conn.alias == DEFAULT_DB_ALIAS else f" --database {conn.alias}"
     return TablesMissing(
-        "everystep's tables are missing: run `python manage.py migrate` (the "
-        f"{connection.vendor} database {database!r} has {lacks})"
+        f"everystep's tables are missing: run `python manage.py migrate{also}` (the "
+        f"{conn.vendor} database {name!r} has {lacks})"
     )
 
 
@@ -210,7 +212,7 @@ def resolve_step(
     ``error`` (it failed; ``value`` is the message) or ``discard`` (it did not happen:
     the step runs again on the next pass: its row goes, so the entry keeps the step id).
     """
-    with transaction.atomic():
+    with database.atomic():
         # Write first: on SQLite this takes the write lock before anything is read.
         requeued = Workflow.objects.filter(id=run_id, status=Status.BLOCKED).requeue()
         if not requeued:
@@ -256,7 +258,7 @@ def cancel_run(run_id: str, *, actor: Actor, reason: str = "") -> Workflow:
     is cancelled it can start no more children, so the walk down its children ends.
     """
     error = encode_error(EverystepError(f"cancelled by {actor.by}"))
-    with transaction.atomic():
+    with database.atomic():
         runs = Workflow.objects.filter(id=run_id).unfinished()
         cancelled = runs.finish(Status.CANCELLED, error=error)
         run = _changed_run(run_id, cancelled, "only unfinished runs can be cancelled")
@@ -288,7 +290,7 @@ def cancel_children(parents: list[UUID], actor: Actor) -> list[UUID]:
 def requeue_one(run_id: str, *, actor: Actor, reason: str = "") -> Workflow:
     """Put one ``running`` run back to ``scheduled`` (its holder is gone or stuck); the
     holder's late writes are refused by the fence."""
-    with transaction.atomic():
+    with database.atomic():
         requeued = Workflow.objects.filter(id=run_id, status=Status.RUNNING).requeue()
         run = _changed_run(run_id, requeued, "only running runs can be requeued")
         audit.record("requeue", actor, run=run.id, reason=reason)

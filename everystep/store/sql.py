@@ -18,8 +18,9 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import connections
 
+from everystep import conf
 from everystep.models import Status, Step, Workflow, fence, take_fields
 from everystep.values import Claim
 
@@ -169,10 +170,10 @@ _vendors: dict[str, Vendor] = {}
 
 
 def current() -> tuple[Vendor, Any]:
-    """The default connection's ``Vendor``, and the connection. Looked up once per call:
-    every ``connection.x`` goes through a thread-local proxy, which adds up on a path
-    taken once per step."""
-    conn = connections[DEFAULT_DB_ALIAS]
+    """The ``Vendor`` of everystep's connection (``EVERYSTEP_DATABASE``), and the
+    connection. Looked up once per call: every ``connection.x`` goes through a
+    thread-local proxy, which adds up on a path taken once per step."""
+    conn = connections[conf.database()]
     db = _vendors.get(conn.vendor)
     if db is None:
         db = _vendors[conn.vendor] = Vendor(conn)

@@ -17,12 +17,12 @@ from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from everystep.models import FINAL_STATUSES, Status, Step, StepStatus, Workflow
 from everystep.serde import decode, encode
+from everystep.store import database
 from everystep.store.wake import notify_due
 from everystep.times import project_time
 
@@ -32,7 +32,7 @@ def shift_pending(advance: timedelta, *, sleep: str, waits: Collection[str]) -> 
     ``waits`` are the step names the engine records sleeps and waits with deadlines
     under."""
     now = timezone.now()
-    with transaction.atomic():
+    with database.atomic():
         moved = Workflow.objects.filter(status=Status.SCHEDULED, due_at__gt=now).update(
             due_at=F("due_at") - advance
         )

@@ -17,14 +17,14 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Event, Status, Workflow
 from everystep.serde import encode, storable_text
-from everystep.store import audit
+from everystep.store import audit, database
 from everystep.store.audit import Actor
 from everystep.store.guard import guarded
 from everystep.store.wake import notify_due
@@ -78,7 +78,7 @@ def send_event(
     # must not push a woken run back in the claim order.
     not_due = Q(due_at__isnull=True) | Q(due_at__gt=now)
     waiting = When(not_due, status=Status.SCHEDULED, waiting_for__isnull=False, then=Value(now))
-    with transaction.atomic():
+    with database.atomic():
         # Lock the run row first (see the module docstring), waking it if it waits.
         if not Workflow.objects.filter(id=run_id).update(due_at=Case(waiting, default=F("due_at"))):
             raise EverystepError(f"no run with id {run_id}")
@@ -99,7 +99,7 @@ def send_event(
 def _insert_event(run_id: UUID, name: str, stored: Any, now: Any) -> bool:
     """False if the run has an event of that name already (it keeps its first payload)."""
     try:
-        with transaction.atomic():
+        with database.atomic():
             Event.objects.create(workflow_id=run_id, name=name, payload=stored, sent_at=now)
     except IntegrityError:
         return False

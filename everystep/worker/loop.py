@@ -19,12 +19,12 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
 from django.utils import timezone
 
 from everystep import conf, options, signals, store
 from everystep.engine.execute import PassResult, fail, run_pass
 from everystep.errors import EverystepError, StoreUnavailable
+from everystep.store import database
 from everystep.values import Claim
 from everystep.worker import shutdown
 from everystep.worker.connections import keep_connections
@@ -177,7 +177,7 @@ class Worker:
             self.pool_size,
             self.poll,
             self.drain,
-            connection.vendor,
+            database.connection().vendor,
             "on" if self.notify and store.can_listen() else "off",
             extra={"event": "worker.starting", "runner": self.name},
         )
