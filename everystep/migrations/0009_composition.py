@@ -1,10 +1,12 @@
 """Composition (issue 19): a child run names its ``parent``; a run someone waits for is
 ``awaited``; a waiting body's awaited runs are ``RunWait`` rows. Both new columns are
 nullable or have a constant default, which PostgreSQL and MariaDB add without rewriting
-the table."""
+the table; the index of ``parent`` is built online by 0011 (issue 22)."""
 
 import django.db.models.deletion
 from django.db import migrations, models
+
+from everystep.migrations._online import AddFieldIndexLater, KeepDatabaseDefault
 
 
 class Migration(migrations.Migration):
@@ -18,7 +20,8 @@ class Migration(migrations.Migration):
             name="awaited",
             field=models.BooleanField(default=False),
         ),
-        migrations.AddField(
+        KeepDatabaseDefault("workflow", "awaited", "false"),
+        AddFieldIndexLater(
             model_name="workflow",
             name="parent",
             field=models.ForeignKey(

@@ -1,11 +1,14 @@
 """Recovery (issue 20): a forked run names the run and the step it was forked from; a
 step settled by an operator names who settled it; operators' write actions are audited.
 The new columns are nullable, which PostgreSQL and MariaDB add without rewriting the
-tables; the audit table is new."""
+tables; the audit table is new. The index of ``forked_from`` is built online by 0011
+(issue 22)."""
 
 import django.db.models.deletion
 import django.utils.timezone
 from django.db import migrations, models
+
+from everystep.migrations._online import AddFieldIndexLater
 
 
 class Migration(migrations.Migration):
@@ -31,7 +34,7 @@ class Migration(migrations.Migration):
             name="settled_by",
             field=models.CharField(blank=True, max_length=255, null=True),
         ),
-        migrations.AddField(
+        AddFieldIndexLater(
             model_name="workflow",
             name="forked_from",
             field=models.ForeignKey(
