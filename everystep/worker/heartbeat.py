@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -30,6 +31,10 @@ class Heartbeat(threading.Thread):
         self.interval = interval
         self.orphan_timeout = orphan_timeout
         self.stop_event = threading.Event()
+        # When this thread last found the database again after failing to reach it
+        # (monotonic; None: no failure yet). See ``may_sweep``.
+        self.reconnected_at: float | None = None
+        self._failing = False
 
     def beat(self) -> None:
         store.beat(
@@ -61,14 +66,28 @@ class Heartbeat(threading.Thread):
         finally:
             connections.close_all()
 
+    def may_sweep(self) -> bool:
+        """Whether to take other runners' runs now. Not within ``orphan_timeout`` of this
+        runner's own outage: an outage that kept this runner from the database kept the
+        others too, and their heartbeats are stale for that reason alone. Taking their
+        runs at once would re-execute steps that live runners are finishing (their
+        records fenced out, but executed twice); they get a full timeout to beat again."""
+        if self.orphan_timeout <= 0 or self.worker.draining or self._failing:
+            return False
+        since = self.reconnected_at
+        return since is None or time.monotonic() - since >= self.orphan_timeout
+
     def _tick(self) -> None:
         try:
             self.beat()
-            if self.orphan_timeout > 0 and not self.worker.draining:
+            if self._failing:
+                self._failing, self.reconnected_at = False, time.monotonic()
+            if self.may_sweep():
                 self.recover_orphans()
             # Waiters a dead worker's run ended without waking (``store.awaits``).
             store.sweep()
         except store.DATABASE_ERRORS as exc:
+            self._failing = True
             logger.warning(
                 "heartbeat failed (%s); retrying", exc, extra=self._extra("worker.heartbeat_failed")
             )
