@@ -1,48 +1,84 @@
-"""Throughput with 1, 2, 3 … worker processes, and where it stops scaling.
+"""Throughput with 1, 2, 4, 8 … worker processes, what they cost the database, and where
+it stops scaling.
 
-    .venv/bin/python bench/scaling.py --db postgres|mariadb|sqlite [--workers 1 2 3]
-        [--runs 1000] [--pool 8] [--repeat 1] [--skip-raw] [--source PATH] [--label NAME]
+    .venv/bin/python bench/scaling.py --db postgres|mariadb|sqlite [--pgbouncer]
+        [--workers 1 2 4 8] [--runs 1000] [--pool 8] [--repeat 1] [--skip-raw]
+        [--idle-seconds 10] [--source PATH] [--label NAME]
 
 On a fresh database of its own (``everystep_test_bench_…``, dropped at the end), for
 each ``--workers`` value N, ``compare.py``'s phases (each waiting for a quiet machine):
 
 - **raw limit** on N x ``--pool`` threads (the same total concurrency), unless
-  ``--skip-raw``;
+  ``--skip-raw``; always straight to the database;
 - **everystep**: N ``manage.py everystep_worker --pool 8 --poll 0.05`` processes (names
   of their own), started and idle, then ``--runs`` runs of ``bench_three`` scheduled in
-  one transaction; throughput from the rows.
+  one transaction; throughput from the rows. Meanwhile ``contention.py`` records lock
+  waits (PostgreSQL: sampled; MariaDB: InnoDB's row-lock counters) and, through
+  PgBouncer, clients waiting for a server connection;
+- **idle**: N workers with the default poll interval, started and left idle for
+  ``--idle-seconds``: statements (transactions) per second at the database.
+
+``--pgbouncer`` (PostgreSQL): the workers connect through PgBouncer in transaction mode
+on ``--pgbouncer-port`` (start it first: ``PGBOUNCER_POOL_SIZE=20 .ci/pgbouncer
+start``), with LISTEN over a direct alias (``everystep_bench/pooled_settings.py``); the
+database CPU then includes PgBouncer's.
 
 ``--repeat`` rounds; every other round takes the worker counts in reverse order. Per N
 it prints runs/s (everystep and raw, medians), the workers' CPU per run (all workers
-together), the database server's CPU per run, and the CPUs in use over the phase
-(busy CPU seconds / wall seconds): the whole machine, the workers, the database server.
-When the machine's CPUs are all busy, the split shows what the next worker would have
-to share with (on a 2-core machine: mostly the database server). Appends one JSON line
-(``"kind": "scaling"``) to ``bench/results.jsonl``.
+together), the database server's CPU per run, the CPUs in use over the phase (busy CPU
+seconds / wall seconds: the whole machine, the workers, the database server), the waits
+per run and the idle statements/s. Appends one JSON line (``"kind": "scaling"``) to
+``bench/results.jsonl``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import statistics
 import sys
 from typing import Any
 
 import compare
+import contention
 import harness
+
+POOLED_SETTINGS = "everystep_bench.pooled_settings"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     harness.add_common_arguments(parser)
-    compare.add_phase_arguments(parser, runs=1000, workers=[1, 2, 3])
+    compare.add_phase_arguments(parser, runs=1000, workers=[1, 2, 4, 8])
     parser.add_argument("--repeat", type=int, default=1, help="rounds (1)")
     parser.add_argument("--skip-raw", action="store_true", help="no raw-limit phases")
+    parser.add_argument(
+        "--idle-seconds", type=float, default=10, help="idle-load window per N (10; 0: none)"
+    )
+    parser.add_argument(
+        "--pgbouncer", action="store_true", help="workers through PgBouncer (PostgreSQL)"
+    )
+    parser.add_argument("--pgbouncer-port", type=int, default=6432, help="(6432)")
     args = parser.parse_args(argv)
     compare.check_phase_arguments(parser, args)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.pgbouncer and args.db != "postgres":
+        parser.error("--pgbouncer needs --db postgres")
     return args
+
+
+def use_pgbouncer(port: int) -> None:
+    """Workers (and only they) through PgBouncer; its CPU counted with the database's.
+    Both are module settings of the harness, read when a worker starts or CPU is read."""
+    os.environ["EVERYSTEP_TEST_PGBOUNCER_PORT"] = str(port)
+    harness.SETTINGS = POOLED_SETTINGS
+    harness.DB_SERVER_COMMANDS["postgres"] = {"postgres", "pgbouncer"}
+
+
+def setup_name(args: argparse.Namespace) -> str:
+    return "pgbouncer" if args.pgbouncer else args.db
 
 
 def cpus_in_use(phase: dict[str, Any]) -> dict[str, float]:
@@ -71,15 +107,25 @@ def measure(args: argparse.Namespace, workers: harness.Workers, fleet: int, roun
         compare.print_phase(round_no, raw, f"{fleet * args.pool} threads")
         phases.append(raw)
     name = f"scaling-{round_no}-x{fleet}"
-    mine = harness.attempts(
-        name,
-        lambda: compare.everystep_phase(phase_args, workers, name, compare.SETTINGS_VALUE),
-        workers.kill_all,
-    )
+    mine = harness.attempts(name, lambda: waited_phase(phase_args, workers, name), workers.kill_all)
     mine["cpus"] = cpus_in_use(mine)
     compare.print_phase(round_no, mine)
+    print(f"    waits {mine['waits']}", flush=True)
     phases.append(mine)
+    if args.idle_seconds > 0:
+        idle = contention.idle_load(args, workers, fleet, f"{name}-idle", args.idle_seconds)
+        print(f"    idle x{fleet}: {idle['per_s']} per second", flush=True)
+        phases.append({"phase": "idle", **idle})
     return phases
+
+
+def waited_phase(args: argparse.Namespace, workers: harness.Workers, name: str) -> Any:
+    """``compare.everystep_phase`` with the waits recorded over it."""
+    port = args.pgbouncer_port if args.pgbouncer else None
+    with contention.WaitSampler(args.db, port) as waits:
+        phase = compare.everystep_phase(args, workers, name, compare.SETTINGS_VALUE)
+    phase["waits"] = waits.result
+    return phase
 
 
 def summarise(args: argparse.Namespace, phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -90,6 +136,7 @@ def summarise(args: argparse.Namespace, phases: list[dict[str, Any]]) -> list[di
     for fleet in args.workers:
         mine = [p for p in phases if p["phase"] == "everystep" and p["workers"] == fleet]
         raws = [p for p in phases if p["phase"] == "raw" and p["workers"] == fleet]
+        idles = [p for p in phases if p["phase"] == "idle" and p["workers"] == fleet]
         row: dict[str, Any] = {
             "workers": fleet,
             "slots": fleet * args.pool,
@@ -102,57 +149,59 @@ def summarise(args: argparse.Namespace, phases: list[dict[str, Any]]) -> list[di
         for key in ("machine", "client", "db_server", "other"):
             row[f"cpus_{key}"] = median([p["cpus"][key] for p in mine])
             row[f"raw_cpus_{key}"] = median([p["cpus"][key] for p in raws])
+        for key in ("lock_wait_s", "row_lock_waits", "row_lock_ms", "pool_wait_s"):
+            per_run = [
+                1000 * p["waits"][key] / max(p["completed"], 1) for p in mine if key in p["waits"]
+            ]
+            if per_run:
+                row[f"{key.removesuffix('_s')}_per_run"] = median(per_run)
+        for key in ("transactions", "Questions", "Com_select"):
+            rates = [p["per_s"][key] for p in idles if key in p["per_s"]]
+            if rates:
+                row[f"idle_{key.lower()}_per_s"] = median(rates)
         rows.append(row)
     return rows
 
 
+# The table's optional columns: (row key, heading); a column shows when a row has it.
+WAIT_COLUMNS = (
+    ("lock_wait_per_run", "lock wait ms/run (sampled)"),
+    ("row_lock_waits_per_run", "row lock waits /1000 runs"),
+    ("row_lock_ms_per_run", "row lock µs/run"),
+    ("pool_wait_per_run", "pool wait ms/run (sampled)"),
+    ("idle_transactions_per_s", "idle transactions/s"),
+    ("idle_questions_per_s", "idle Questions/s (server)"),
+    ("idle_com_select_per_s", "idle SELECTs/s (server)"),
+)
+
+
 def print_summary(record: dict[str, Any]) -> None:
-    args = record["args"]
+    args, rows = record["args"], record["rows"]
     harness.print_header(record)
     print(
-        f"{args['runs']} runs of bench_three per phase, workers --pool {args['pool']} "
-        f"--poll {args['poll']}; raw limit on workers x pool threads; medians of "
-        f"{args['repeat']} round(s); CPUs = busy CPU seconds / wall seconds of the phase"
+        f"{record['setup']}: {args['runs']} runs of bench_three per phase, workers --pool "
+        f"{args['pool']} --poll {args['poll']}; raw limit on workers x pool threads; medians "
+        f"of {args['repeat']} round(s); CPUs = busy CPU seconds / wall seconds of the phase; "
+        f"idle: {args['idle_seconds']} s, default poll\n"
     )
-    head = (
-        "workers",
-        "runs/s",
-        "raw",
-        "of raw",
-        "wkr ms/run",
-        "db ms/run",
-        "CPUs: all",
-        "workers",
-        "db",
-        "other",
-        "raw: all",
-        "db",
-    )
-    form = "  {:>7}{:>8}{:>8}{:>8}{:>11}{:>10}{:>10}{:>8}{:>6}{:>7}{:>10}{:>6}"
-    print(form.format(*head))
-    first = record["rows"][0]["runs_per_s"] if record["rows"] else float("nan")
-    for row in record["rows"]:
-        ratio = row["runs_per_s"] / row["raw_runs_per_s"] if row["raw_runs_per_s"] else 0
-        cells = (
+    extra = [(key, head) for key, head in WAIT_COLUMNS if any(key in row for row in rows)]
+    head = ["workers", "runs/s", "x 1 worker", "raw runs/s", "worker CPU ms/run"]
+    head += ["DB CPU ms/run", "CPUs: all / workers / db", *(h for _, h in extra)]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---:|" * len(head))
+    first = rows[0]["runs_per_s"] if rows else float("nan")
+    for row in rows:
+        cells = [
             row["workers"],
             row["runs_per_s"],
-            row["raw_runs_per_s"],
-            f"{100 * ratio:.0f}%",
+            f"{row['runs_per_s'] / first:.2f}",
+            "—" if math.isnan(row["raw_runs_per_s"]) else row["raw_runs_per_s"],
             row["worker_cpu_ms_per_run"],
             row["db_cpu_ms_per_run"],
-            row["cpus_machine"],
-            row["cpus_client"],
-            row["cpus_db_server"],
-            row["cpus_other"],
-            row["raw_cpus_machine"],
-            row["raw_cpus_db_server"],
-        )
-        print(form.format(*map(str, cells)))
-    for row in record["rows"][1:]:
-        print(
-            f"  {row['workers']} workers: {row['runs_per_s'] / first:.2f} x the throughput "
-            f"of {record['rows'][0]['workers']}"
-        )
+            f"{row['cpus_machine']} / {row['cpus_client']} / {row['cpus_db_server']}",
+            *(row.get(key, "") for key, _ in extra),
+        ]
+        print("| " + " | ".join(map(str, cells)) + " |")
     harness.print_problems(record)
 
 
@@ -162,11 +211,16 @@ def benchmark(args: argparse.Namespace, run: harness.Session) -> dict[str, Any]:
         order = args.workers if index % 2 == 0 else list(reversed(args.workers))
         for fleet in order:
             phases += measure(args, run.workers, fleet, index + 1)
-    return {"phases": phases, "rows": summarise(args, phases)}
+    setup: dict[str, Any] = {"setup": setup_name(args)}
+    if args.pgbouncer:
+        setup["pgbouncer"] = contention.pgbouncer_config(args.pgbouncer_port)
+    return {**setup, "phases": phases, "rows": summarise(args, phases)}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.pgbouncer:
+        use_pgbouncer(args.pgbouncer_port)
     return harness.run_benchmark("scaling", args, lambda run: benchmark(args, run), print_summary)
 
 
