@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from everystep_runner.settings import RunnerSettings, database_settings
 
 _KEPT_FROM_PROJECT = ("CONN_MAX_AGE", "CONN_HEALTH_CHECKS", "ATOMIC_REQUESTS", "TIME_ZONE")
+# The DATABASES alias listen_database_url becomes.
+LISTEN_ALIAS = "everystep_listen"
 
 
 class ProjectError(Exception):
@@ -80,6 +82,11 @@ def _apply_overrides(settings: RunnerSettings) -> None:
             if key in previous:
                 replacement.setdefault(key, previous[key])
         django_settings.DATABASES["default"] = replacement
+    if settings.listen_database_url is not None:
+        # An alias of its own, which everystep uses for LISTEN and nothing else.
+        listen = database_settings(settings.listen_database_url, "listen_database_url")
+        django_settings.DATABASES[LISTEN_ALIAS] = listen
+        django_settings.EVERYSTEP_LISTEN_DATABASE = LISTEN_ALIAS
 
 
 def configure_logging(settings: RunnerSettings) -> None:

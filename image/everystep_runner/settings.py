@@ -33,6 +33,8 @@ ENV_PREFIX = "EVERYSTEP_"
 CONFIG_ENV = "EVERYSTEP_CONFIG"
 DEFAULT_CONFIG = Path("/etc/everystep/runner.toml")
 BY_KEY: dict[str, Option] = {option.key: option for option in OPTIONS}
+# The settings holding a database URL: validated by parsing, never echoed when they fail.
+URLS = ("database_url", "listen_database_url")
 
 
 class ConfigError(Exception):
@@ -50,6 +52,8 @@ class _Settings(BaseSettings):
     project_dir: Path = Path("/app")
     settings_module: str | None = Field(default=None, pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
     database_url: SecretStr | None = None  # None: the project's own default database
+    # PostgreSQL reached directly, for LISTEN only (behind a transaction-mode pooler).
+    listen_database_url: SecretStr | None = None
     ui_bind: str = Field(default="0.0.0.0:8000", min_length=1)
     ui_workers: int = Field(default=2, ge=1)
     ui_timeout: int = Field(default=30, ge=1)
@@ -69,7 +73,7 @@ class _Settings(BaseSettings):
         if not isinstance(value, str):
             return value
         # An empty variable (EVERYSTEP_NAME= in a compose file) means "not set", as None does.
-        if name in ("name", "settings_module", "database_url") and not value.strip():
+        if name in ("name", "settings_module", *URLS) and not value.strip():
             return None
         if name == "log_level":
             return value.strip().upper()
@@ -81,11 +85,13 @@ class _Settings(BaseSettings):
         # None is "not given": the worker will decide.
         return None if value is None else BY_KEY[str(info.field_name)].check(value)
 
-    @validator("database_url")
+    @validator(*URLS)
     @classmethod
-    def _parseable_url(cls, value: SecretStr | None) -> SecretStr | None:
+    def _parseable_url(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
         if value is not None:
-            dburl.parse(value.get_secret_value())  # its ValueError says what was expected
+            parsed = dburl.parse(value.get_secret_value())  # its ValueError says what was expected
+            if info.field_name == "listen_database_url" and "postgresql" not in parsed["ENGINE"]:
+                raise ValueError("a postgres:// or postgresql:// URL (LISTEN is PostgreSQL's)")
         return value
 
 
@@ -110,6 +116,7 @@ EXPECTED: dict[str, str] = {
     "project_dir": "a directory path",
     "settings_module": "a dotted Python module path (like mysite.settings)",
     "database_url": "a database URL",
+    "listen_database_url": "a postgres:// URL that reaches PostgreSQL directly",
     "ui_bind": "an address to bind (like 0.0.0.0:8000)",
     "ui_workers": "an integer >= 1",
     "ui_timeout": "an integer number of seconds >= 1",
@@ -213,7 +220,7 @@ def _problems(exc: ValidationError, chain: Sequence[_Recorded]) -> list[str]:
     for error in exc.errors():
         name = str(error["loc"][0])
         expected = EXPECTED[name]
-        if name == "database_url" and error["type"] == "value_error":
+        if name in URLS and error["type"] == "value_error":
             expected = str(error["ctx"]["error"])  # the URL parser says what it expected
         # The value as its source gave it, before any validator tidied it.
         source = next((source for source in chain if name in source.values), None)
@@ -229,7 +236,7 @@ HIDDEN_URL = "a value not shown here (it may hold a password)"
 
 
 def _shown(name: str, value: Any, limit: int = 80) -> str:
-    if name == "database_url":
+    if name in URLS:
         return HIDDEN_URL
     text = repr(value)
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
@@ -281,15 +288,14 @@ def fallback(option: Option) -> str:
     return f"Django setting {option.setting}, else {default}" if option.setting else default
 
 
-def database_settings(url: str | SecretStr) -> dict[str, Any]:
-    """A Django ``DATABASES["default"]`` dict for a postgres(ql)://, mysql://, mariadb:// or
-    sqlite:/// URL; ``ConfigError`` naming ``database_url`` for anything else."""
+def database_settings(url: str | SecretStr, name: str = "database_url") -> dict[str, Any]:
+    """A Django ``DATABASES`` entry for a postgres(ql)://, mysql://, mariadb:// or
+    sqlite:/// URL; ``ConfigError`` naming setting ``name`` for anything else."""
     raw = url.get_secret_value() if isinstance(url, SecretStr) else url
     try:
         return dburl.parse(raw)
     except ValueError as exc:
-        shown = _shown("database_url", raw)
-        raise ConfigError(f"database_url: expected {exc}, got {shown}") from None
+        raise ConfigError(f"{name}: expected {exc}, got {_shown(name, raw)}") from None
 
 
 def worker_options(settings: RunnerSettings) -> dict[str, Any]:

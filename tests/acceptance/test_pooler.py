@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from django.db import connections
@@ -20,10 +22,13 @@ from everystep import schedule
 from everystep.models import Runner, Workflow
 from tests.acceptance.conftest import wait_until
 from tests.testapp import workflows as wf
+from tests.workers import ROOT, worker_env
 
 pytestmark = [pytest.mark.backends("postgres"), pytest.mark.django_db(transaction=True)]
 
 PORT = "6432"
+# psql on PgBouncer's admin console: unaligned rows, fields split by a space.
+ADMIN = ("psql", "-h", "127.0.0.1", "-p", PORT, "-U", "postgres", "-tA", "-F", " ")
 UNREACHED = "notifications do not reach this worker's LISTEN"
 
 
@@ -46,8 +51,7 @@ def transactions_through_pooler() -> int:
     """Transactions PgBouncer has carried to the test database (its admin console)."""
     database = connections["default"].settings_dict["NAME"]
     out = subprocess.run(
-        ["psql", "-h", "127.0.0.1", "-p", PORT, "-U", "postgres", "-tA", "-F", " "]
-        + ["-c", "SHOW STATS", "pgbouncer"],
+        [*ADMIN, "-c", "SHOW STATS", "pgbouncer"],
         capture_output=True,
         text=True,
         check=True,
@@ -83,4 +87,46 @@ def test_behind_the_pooler_a_direct_listen_wakes_the_worker(workers):
     assert proc.wait(60) == 0
     assert UNREACHED not in proc.log()
     # The worker's own statements went through the pooler.
+    assert transactions_through_pooler() > before
+
+
+def test_the_runner_image_takes_a_listen_database_url(tmp_path: Path):
+    """The runner's own settings: database_url through the pooler, listen_database_url
+    straight to PostgreSQL; the runner wakes at once and says nothing about its LISTEN."""
+    name = connections["default"].settings_dict["NAME"]
+    env = {
+        **worker_env(),
+        "EVERYSTEP_TEST_PGBOUNCER": "0",  # the URLs alone decide
+        "EVERYSTEP_PROJECT_DIR": str(ROOT),
+        "EVERYSTEP_SETTINGS_MODULE": "tests.settings",
+        "EVERYSTEP_DATABASE_URL": f"postgres://postgres@127.0.0.1:{PORT}/{name}",
+        "EVERYSTEP_LISTEN_DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{name}",
+        "EVERYSTEP_NAME": "pooled-runner",
+        "EVERYSTEP_POLL": "60",
+    }
+    log = tmp_path / "runner.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "everystep_runner", "worker"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_until(
+                lambda: Runner.objects.filter(name="pooled-runner").exists() or proc.poll(),
+                60,
+                "the runner to start",
+            )
+            before = transactions_through_pooler()
+            time.sleep(1.0)
+            run = schedule(wf.three_steps, 1)
+            wait_until(lambda: completed(run), 20, "the run to complete")
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(60) == 0, log.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert UNREACHED not in log.read_text()
     assert transactions_through_pooler() > before

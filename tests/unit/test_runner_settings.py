@@ -44,6 +44,12 @@ SAMPLES: list[tuple[str, str, str, Any]] = [
     ("project_dir", "/srv/app", '"/srv/app"', Path("/srv/app")),
     ("settings_module", "mysite.settings", '"mysite.settings"', "mysite.settings"),
     ("database_url", "sqlite:///db.sqlite3", '"sqlite:///db.sqlite3"', "sqlite:///db.sqlite3"),
+    (
+        "listen_database_url",
+        "postgres://pg:5432/app",
+        '"postgres://pg:5432/app"',
+        "postgres://pg:5432/app",
+    ),
     ("ui_bind", "127.0.0.1:9000", '"127.0.0.1:9000"', "127.0.0.1:9000"),
     ("ui_workers", "4", "4", 4),
     ("ui_timeout", "60", "60", 60),
@@ -111,6 +117,7 @@ def test_defaults() -> None:
         "project_dir": Path("/app"),
         "settings_module": None,
         "database_url": None,
+        "listen_database_url": None,
         "ui_bind": "0.0.0.0:8000",
         "ui_workers": 2,
         "ui_timeout": 30,
@@ -508,6 +515,26 @@ def test_bad_database_url_message_masks_password(env: Callable[..., None]) -> No
         "mariadb, sqlite, got a value not shown here (it may hold a password) "
         "(from env EVERYSTEP_DATABASE_URL)"
     )
+
+
+def test_a_listen_url_must_be_postgresql_and_is_never_echoed(env: Callable[..., None]) -> None:
+    """LISTEN is PostgreSQL's: any other URL is refused, without the URL."""
+    env(EVERYSTEP_LISTEN_DATABASE_URL="mysql://u:hunter2@h/db")
+    assert config_error() == (
+        "listen_database_url: expected a postgres:// or postgresql:// URL (LISTEN is "
+        "PostgreSQL's), got a value not shown here (it may hold a password) "
+        "(from env EVERYSTEP_LISTEN_DATABASE_URL)"
+    )
+
+
+def test_the_listen_urls_password_is_masked(env: Callable[..., None]) -> None:
+    env(EVERYSTEP_LISTEN_DATABASE_URL="postgres://app:hunter2@pg:5432/app")
+    lines = describe(load())
+    assert (
+        "listen_database_url = postgres://app:***@pg:5432/app  "
+        "(env EVERYSTEP_LISTEN_DATABASE_URL)" in lines
+    )
+    assert not any("hunter2" in line for line in lines)
 
 
 # --- database URLs ------------------------------------------------------------------

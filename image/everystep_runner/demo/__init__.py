@@ -30,7 +30,7 @@ SETTINGS_MODULE = "everystep_runner.demo.settings"
 # Where the demo serves unless ui_bind is given: this machine only.
 DEFAULT_BIND = "127.0.0.1:8000"
 # Settings that would point the demo at another database; refused whatever their source.
-REFUSED = ("database_url", "settings_module")
+REFUSED = ("database_url", "listen_database_url", "settings_module")
 
 
 class DemoRefused(Exception):
