@@ -6,9 +6,9 @@ monitor that sees each index build and each writer that waits for a lock.
 The writers are the *previous release*: they name only the columns that exist at 0004
 (a worker of this release needs the newest columns, so it cannot run before the migration
 ends; during a rolling upgrade it is the old fleet that keeps writing). They schedule runs
-(an insert into the runs table) and record steps (a step insert and a run update in one
-transaction, as a worker records a step), each on its own connection in autocommit, and
-time every write from the statement to the commit."""
+(an insert into the runs table) and record steps (a step insert from the run's row and
+an update of the run's row, each in autocommit, as ``store/fenced.py`` writes them), each
+thread on its own connection, and time every write from the statement to the commit."""
 
 from __future__ import annotations
 
@@ -183,28 +183,21 @@ class Writers:
             time.sleep(self.pause)
 
     def _record(self, conn: Any, runs: list[Any]) -> None:
-        # What the previous release's worker writes per step: the record and the run's row.
+        # What a worker writes per step, as store/fenced.py does: the record, one
+        # INSERT … SELECT from the run's row in autocommit, and an update of the run's row.
         n = 0
         while not self._stop.is_set():
             run = runs[n % len(runs)]
             n += 1
-            self._timed(
-                "step",
-                conn,
-                [
-                    (
-                        "INSERT INTO everystep_step (step_id, name, args, kwargs, status,"
-                        " result, started_at, finished_at, workflow_id) VALUES (%s, 'add',"
-                        " '[]', '{}', 'done', '3', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, %s)",
-                        [f"upgrade-{uuid.uuid4().hex}", run],
-                    ),
-                    (
-                        "UPDATE everystep_workflow SET updated_at = CURRENT_TIMESTAMP"
-                        " WHERE id = %s",
-                        [run],
-                    ),
-                ],
+            step = (
+                "INSERT INTO everystep_step (step_id, name, args, kwargs, status, result,"
+                " started_at, finished_at, workflow_id) SELECT %s, 'add', '[]', '{}', 'done',"
+                " '3', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, id FROM everystep_workflow"
+                " WHERE id = %s"
             )
+            self._timed("step", conn, [(step, [f"upgrade-{uuid.uuid4().hex}", run])])
+            update = "UPDATE everystep_workflow SET updated_at = CURRENT_TIMESTAMP WHERE id = %s"
+            self._timed("run", conn, [(update, [run])])
             time.sleep(self.pause)
 
 

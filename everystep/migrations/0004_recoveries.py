@@ -5,7 +5,7 @@
 
 from django.db import migrations, models
 
-from everystep.migrations._online import KeepDatabaseDefault
+from everystep.migrations._online import AddFieldKeepDefault
 
 
 class Migration(migrations.Migration):
@@ -14,10 +14,10 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.AddField(
+        AddFieldKeepDefault(
             model_name="workflow",
             name="recoveries",
             field=models.PositiveIntegerField(default=0),
+            database_default="0",
         ),
-        KeepDatabaseDefault("workflow", "recoveries", "0"),
     ]

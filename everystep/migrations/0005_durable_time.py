@@ -9,7 +9,7 @@ import django.db.models.deletion
 import django.utils.timezone
 from django.db import migrations, models
 
-from everystep.migrations._online import AddIndexLater, KeepDatabaseDefault
+from everystep.migrations._online import AddFieldKeepDefault, AddIndexLater
 
 
 class Migration(migrations.Migration):
@@ -43,14 +43,14 @@ class Migration(migrations.Migration):
                 ]
             },
         ),
-        migrations.AddField(
+        # A run the previous release schedules while the fleet is rolled is due at once, as
+        # it was; NULL would mean waiting for an event, and it would never be claimed.
+        AddFieldKeepDefault(
             model_name="workflow",
             name="due_at",
             field=models.DateTimeField(blank=True, default=django.utils.timezone.now, null=True),
+            database_default="now",
         ),
-        # A run the previous release schedules while the fleet is rolled is due at once, as
-        # it was; NULL would mean waiting for an event, and it would never be claimed.
-        KeepDatabaseDefault("workflow", "due_at", "now"),
         migrations.AddField(
             model_name="workflow",
             name="waiting_for",

@@ -6,7 +6,7 @@ the table; the index of ``parent`` is built online by 0011 (issue 22)."""
 import django.db.models.deletion
 from django.db import migrations, models
 
-from everystep.migrations._online import AddFieldIndexLater, KeepDatabaseDefault
+from everystep.migrations._online import AddFieldIndexLater, AddFieldKeepDefault
 
 
 class Migration(migrations.Migration):
@@ -15,12 +15,12 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.AddField(
+        AddFieldKeepDefault(
             model_name="workflow",
             name="awaited",
             field=models.BooleanField(default=False),
+            database_default="false",
         ),
-        KeepDatabaseDefault("workflow", "awaited", "false"),
         AddFieldIndexLater(
             model_name="workflow",
             name="parent",

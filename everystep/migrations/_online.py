@@ -244,56 +244,54 @@ class BuildIndex(Operation):
         return f"Build index {self.index_name or self.field} on {self.model_name} online"
 
 
-class KeepDatabaseDefault(Operation):
-    """Give a column the previous release does not know a default in the database itself.
+class AddFieldKeepDefault(AddField):
+    """``AddField`` whose column keeps a default in the database (``database_default``,
+    SQL; ``"now"`` is the current time), for a column the previous release does not know.
 
     Django adds a column with its default and then drops it, so a process of the previous
     release that inserts a run while (or after) the migration runs — the fleet before it
     is rolled — fails on a NOT NULL column, or writes NULL where the new code reads a
     meaning (a NULL ``due_at`` is a run waiting for an event: it would never be claimed).
-    The default is metadata on PostgreSQL and MariaDB: no row is rewritten. SQLite cannot
-    change a column's default without rebuilding the table, and needs none (a SQLite
-    project upgrades with its one worker stopped). Changes no state: Django reads no
-    database default back."""
+    The column is added with Django's default (existing rows get it), and the statement
+    that would drop it sets ``database_default`` instead (one statement: MariaDB's DDL is
+    not transactional, a drop then a set would leave a moment without one). Both are
+    metadata on PostgreSQL and MariaDB: no row is rewritten. SQLite cannot change a column's default
+    without rebuilding the table, and needs none (a SQLite project upgrades with its one
+    worker stopped). The state is ``AddField``'s: Django reads no database default back."""
 
-    reversible = True
-
-    def __init__(self, model_name: str, name: str, default: str) -> None:
-        self.model_name = model_name
-        self.name = name
-        self.default = default
+    def __init__(self, *args: Any, database_default: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.database_default = database_default
 
     def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
-        return self.__class__.__name__, [self.model_name, self.name, self.default], {}
-
-    def state_forwards(self, app_label: str, state: Any) -> None:
-        pass
-
-    def _alter(self, app_label: str, schema_editor: Any, state: Any, default: str) -> None:
-        if _vendor(schema_editor) not in ("postgresql", "mysql"):
-            return
-        model = state.apps.get_model(app_label, self.model_name)
-        if not self.allow_migrate_model(schema_editor.connection.alias, model):
-            return
-        quote = schema_editor.quote_name
-        column = model._meta.get_field(self.name).column
-        if default == "now":
-            precision = "(6)" if _vendor(schema_editor) == "mysql" else ""
-            default = f"CURRENT_TIMESTAMP{precision}"
-        action = "DROP DEFAULT" if default == "" else f"SET DEFAULT {default}"
-        schema_editor.execute(
-            f"ALTER TABLE {quote(model._meta.db_table)} ALTER COLUMN {quote(column)} {action}"
+        _, args, kwargs = super().deconstruct()
+        return (
+            self.__class__.__name__,
+            list(args),
+            {**kwargs, "database_default": self.database_default},
         )
 
     def database_forwards(
         self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
     ) -> None:
-        self._alter(app_label, schema_editor, to_state, self.default)
+        vendor = _vendor(schema_editor)
+        if vendor not in ("postgresql", "mysql"):
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+            return
+        default = self.database_default
+        if default == "now":
+            default = "CURRENT_TIMESTAMP(6)" if vendor == "mysql" else "CURRENT_TIMESTAMP"
+        column = self.field.db_column or self.name  # not a foreign key: no _id
+        drop_default = schema_editor._alter_column_default_sql
 
-    def database_backwards(
-        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
-    ) -> None:
-        self._alter(app_label, schema_editor, from_state, "")
+        def set_default(model: Any, old: Any, new: Any, drop: bool = False) -> Any:
+            # Django's statement that drops the default sets this one instead.
+            if drop and new.column == column:
+                return f"ALTER COLUMN {schema_editor.quote_name(column)} SET DEFAULT {default}", []
+            return drop_default(model, old, new, drop)
 
-    def describe(self) -> str:
-        return f"Keep a database default for {self.model_name}.{self.name}"
+        schema_editor._alter_column_default_sql = set_default
+        try:
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+        finally:
+            del schema_editor._alter_column_default_sql

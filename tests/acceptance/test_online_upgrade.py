@@ -121,9 +121,9 @@ def _at_0004(scratch: Scratch) -> None:
 def test_migrating_a_populated_database_never_blocks_the_fleets_writes(
     scratch: Scratch, workers: Any
 ):
-    """While migrate builds each index, the old fleet's writes commit and none waits for
-    a lock (none longer than a second); the runs it scheduled are then run by a worker of
-    this release."""
+    """While migrate builds each index, the old fleet's writes commit; none waits for a
+    lock during a build (PostgreSQL), none waits a second; the runs it scheduled are then
+    run by a worker of this release."""
     _at_0004(scratch)
     conn = scratch.connect()
     populate(conn, scratch.vendor, RUNS)
@@ -154,7 +154,11 @@ def test_migrating_a_populated_database_never_blocks_the_fleets_writes(
     assert long_builds, monitor.builds
     for build in long_builds:
         assert committed_during(writers.writes, build), build
-    assert [wait for wait in monitor.waits if wait[-1]] == []
+    if scratch.vendor == "postgresql":
+        # No writer waits for a lock while an index is built on its table.
+        assert [wait for wait in monitor.waits if wait[-1]] == []
+    # MariaDB's online DDL takes an exclusive metadata lock for a moment at its start and
+    # end: writers wait that moment (the monitor sees them), never the build.
     assert figures["longest_write_seconds"] < 1.0, figures
 
     pending = (
