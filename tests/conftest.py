@@ -99,16 +99,43 @@ def pytest_configure(config: pytest.Config) -> None:
         "backends(*names): only meaningful on these databases (sqlite, postgres, mariadb); "
         "deselected, not skipped, on the others",
     )
+    config.addinivalue_line(
+        "markers",
+        "several_databases: only under EVERYSTEP_TEST_ALIAS (make several-databases); "
+        "deselected, not skipped, otherwise",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests of a database-specific feature (NOTIFY, a server restart) are deselected on
     the other backends, so that a skip always means something is missing."""
+    _allow_everystep_alias(items)
     backend = os.environ.get("EVERYSTEP_TEST_DB", "sqlite")
     keep, drop = [], []
     for item in items:
         marker = item.get_closest_marker("backends")
-        (keep if marker is None or backend in marker.args else drop).append(item)
+        several = item.get_closest_marker("several_databases") is not None
+        wanted = not several or bool(os.environ.get("EVERYSTEP_TEST_ALIAS"))
+        (keep if wanted and (marker is None or backend in marker.args) else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def _allow_everystep_alias(items: list[pytest.Item]) -> None:
+    """Under EVERYSTEP_TEST_ALIAS (several databases, tests/settings.py) everystep's
+    statements go to that alias: every database test may query it too."""
+    alias = os.environ.get("EVERYSTEP_TEST_ALIAS")
+    if not alias:
+        return
+    for item in items:
+        marker = item.get_closest_marker("django_db")
+        databases = None if marker is None else marker.kwargs.get("databases")
+        if marker is None or databases == "__all__":
+            continue
+        wanted = [*(databases or ["default"]), alias]
+        # Prepended: get_closest_marker reads an item's own markers first to last.
+        item.add_marker(
+            pytest.mark.django_db(*marker.args, **{**marker.kwargs, "databases": wanted}),
+            append=False,
+        )

@@ -91,6 +91,27 @@ if BACKEND == "postgres" and os.environ.get("EVERYSTEP_TEST_PGBOUNCER") == "1":
 # A second database, which an atomic step must not touch (tests that use it ask for it).
 DATABASES["aside"] = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
 
+# EVERYSTEP_TEST_ALIAS=jobs: a project with several databases (issue 22). everystep's
+# tables live in "jobs" (the test database above, EVERYSTEP_DATABASE), the project's in
+# "default" (a database of its own), and tests.routers.ReadReplicaRouter sends everystep's
+# reads to "replica" (a mirror of "default") and its writes to "default": neither has an
+# everystep table, so a statement that follows the router fails loudly.
+_ALIAS = os.environ.get("EVERYSTEP_TEST_ALIAS")
+if _ALIAS:
+    DATABASES[_ALIAS] = DATABASES["default"]
+    _app: dict[str, Any] = {**DATABASES[_ALIAS], "TEST": {**DATABASES[_ALIAS].get("TEST", {})}}
+    _app_name = f"{TEST_DB_NAME}_app"
+    if BACKEND == "sqlite":
+        _app_name = os.path.join(os.path.dirname(_app["NAME"]), f"{_app_name}.sqlite3")
+        _app["NAME"] = _app_name
+    elif os.environ.get("EVERYSTEP_TEST_SUBPROCESS"):
+        _app["NAME"] = _app_name
+    _app["TEST"]["NAME"] = _app_name
+    DATABASES["default"] = _app
+    DATABASES["replica"] = {**_app, "TEST": {"MIRROR": "default"}}
+    DATABASE_ROUTERS = ["tests.routers.ReadReplicaRouter"]
+    EVERYSTEP_DATABASE = _ALIAS
+
 SECRET_KEY = "everystep-tests-only"
 # The modes users' projects run in, each set by a tier of `make test` (and inherited by
 # worker subprocesses): DEBUG = True (Django logs every query), USE_TZ = False (naive
