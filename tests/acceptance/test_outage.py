@@ -7,12 +7,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from everystep import schedule
 from everystep.models import Workflow
@@ -42,7 +43,24 @@ def database_down() -> Iterator[None]:
             yield
         finally:
             database_server("start")
+            answering()
     connections.close_all()
+
+
+def answering(timeout: float = 60.0) -> None:
+    """Until this process's own queries work again: through PgBouncer the first ones can
+    still fail for a moment after the server is back (its server_login_retry)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with connections["default"].cursor() as cursor:
+                cursor.execute("SELECT 1")
+            return
+        except DatabaseError:
+            connections.close_all()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def runner_worker(name: str, log: Path) -> subprocess.Popen[bytes]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections import defaultdict
@@ -199,7 +200,9 @@ def test_workers_survive_a_database_restart(workers):
     for proc in procs:
         proc.signal(signal.SIGTERM)
     assert [proc.wait(60) for proc in procs] == [0, 0]
-    assert any("database unavailable" in proc.log() for proc in procs)
+    # Through PgBouncer a restart this short can pass unseen: queries wait in the pooler.
+    if os.environ.get("EVERYSTEP_TEST_PGBOUNCER") != "1":
+        assert any("database unavailable" in proc.log() for proc in procs)
 
 
 @pytest.mark.backends("postgres")
