@@ -28,8 +28,9 @@ from django.db.migrations.operations import AddField, AddIndex, RemoveIndex
 from django.db.migrations.operations.base import Operation
 from django.db.migrations.state import ProjectState
 
-# MariaDB builds and drops secondary indexes in place without blocking writes by default;
-# saying so makes the server refuse (rather than silently lock the table) if it cannot.
+# MariaDB and MySQL build and drop secondary indexes in place without blocking writes by
+# default; saying so makes the server refuse (rather than silently lock the table) if it
+# cannot.
 _MARIADB_ONLINE = " ALGORITHM=INPLACE LOCK=NONE"
 
 
@@ -57,6 +58,19 @@ def _pg_index_valid(schema_editor: BaseDatabaseSchemaEditor, name: str) -> bool 
     return None if row is None else bool(row[0])
 
 
+def _mysql_index_exists(
+    schema_editor: BaseDatabaseSchemaEditor, model: type[models.Model], name: str
+) -> bool:
+    # MySQL has no IF [NOT] EXISTS for indexes (MariaDB has): ask, for both.
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 1 FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE()"
+            " AND TABLE_NAME = %s AND INDEX_NAME = %s",
+            [model._meta.db_table, name],
+        )
+        return cursor.fetchone() is not None
+
+
 def create_index(
     schema_editor: BaseDatabaseSchemaEditor, model: type[models.Model], index: models.Index
 ) -> None:
@@ -70,12 +84,13 @@ def create_index(
         if valid is False:
             drop_index(schema_editor, model, index.name)
         sql = schema_editor.sql_create_index_concurrently  # type: ignore[attr-defined]
-    elif vendor == "mysql" and schema_editor.connection.mysql_is_mariadb:  # type: ignore[attr-defined]
+        sql = sql.replace("%(name)s", "IF NOT EXISTS %(name)s", 1)
+    elif vendor == "mysql":
+        if _mysql_index_exists(schema_editor, model, index.name):
+            return
         sql = schema_editor.sql_create_index + _MARIADB_ONLINE
     else:
-        sql = schema_editor.sql_create_index
-    if vendor != "mysql" or schema_editor.connection.mysql_is_mariadb:  # type: ignore[attr-defined]
-        sql = sql.replace("%(name)s", "IF NOT EXISTS %(name)s", 1)
+        sql = schema_editor.sql_create_index.replace("%(name)s", "IF NOT EXISTS %(name)s", 1)
     schema_editor.execute(index.create_sql(model, schema_editor, sql=sql), params=None)
 
 
@@ -92,10 +107,11 @@ def drop_index(
         _refuse_transaction(schema_editor)
         schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {quote(name)}")
     elif vendor == "mysql":
-        schema_editor.execute(
-            f"ALTER TABLE {quote(model._meta.db_table)} DROP INDEX IF EXISTS {quote(name)}"
-            + (", ALGORITHM=INPLACE, LOCK=NONE" if online else "")
-        )
+        if _mysql_index_exists(schema_editor, model, name):
+            schema_editor.execute(
+                f"ALTER TABLE {quote(model._meta.db_table)} DROP INDEX {quote(name)}"
+                + (", ALGORITHM=INPLACE, LOCK=NONE" if online else "")
+            )
     else:
         schema_editor.execute(f"DROP INDEX IF EXISTS {quote(name)}")
 
