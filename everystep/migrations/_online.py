@@ -3,14 +3,18 @@
 A plain ``CREATE INDEX`` on PostgreSQL holds a lock that blocks every insert and update of
 the table until the index is built: minutes at a hundred million runs, during which
 ``schedule()`` and every step record wait. These operations build and drop indexes
-``CONCURRENTLY`` on PostgreSQL, state ``ALGORITHM=INPLACE, LOCK=NONE`` on MariaDB (so the
+``CONCURRENTLY`` on PostgreSQL, state ``ALGORITHM=INPLACE LOCK=NONE`` on MariaDB (so the
 server refuses rather than silently locks the table) and stay plain on SQLite. Their state
 changes are Django's own ``AddIndex``/``RemoveIndex``/``AddField``, so the schema a project
 ends with is the one the models describe.
 
-``CONCURRENTLY`` cannot run inside a transaction: the migrations that use these operations
-are ``atomic = False`` and hold nothing else, and every operation is idempotent, so a
-migration interrupted halfway (a deploy killed, a cancelled build) is safe to run again. A
+``CONCURRENTLY`` cannot run inside a transaction, and an index built in the transaction
+of a migration that adds a column would hold the column add's exclusive lock (which
+blocks reads too) for the whole build. So the migrations are of two kinds: atomic ones
+that add columns and tables and build no index on an existing table (``AddIndexLater``,
+``AddFieldIndexLater``, ``AddFieldKeepDefault``), and ``atomic = False`` ones made only of
+idempotent index operations (``AddIndexOnline``, ``RemoveIndexOnline``, ``BuildIndex``), so
+one interrupted halfway (a deploy killed, a cancelled build) is safe to run again. A
 concurrent build that fails leaves an INVALID index behind; a re-run drops it and builds
 it again, and a valid index of the same name is kept.
 
