@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from django.db import connections
 from django.utils import timezone
 
 from everystep import serde, store
@@ -43,7 +44,6 @@ from everystep.errors import (
     WaitTimeout,
 )
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
-from everystep.store import database
 
 RESULT = "everystep.result"
 GATHER = "everystep.gather"
@@ -206,7 +206,9 @@ def _poll(ids: list[uuid.UUID], limit: timedelta | None, what: str) -> list[dict
     ended = _outcomes(ids, what)
     if ended is not None:
         return ended
-    if database.connection().in_atomic_block:
+    # Any alias: a transaction on the project's own database, held open for as long as
+    # the runs take, is as wrong as one on everystep's.
+    if any(conn.in_atomic_block for conn in connections.all(initialized_only=True)):
         raise EverystepError(
             f"{what} would wait inside a database transaction, holding it open until the "
             "runs end (and, with a run scheduled in it, forever): call it outside "
