@@ -45,6 +45,10 @@ import os
 
 from tests.settings import *  # noqa: F403
 
+# One database, the scratch one, also in the suite's several-databases mode
+# (EVERYSTEP_TEST_ALIAS): what is measured is the migration, not the routing.
+DATABASE_ROUTERS = []
+EVERYSTEP_DATABASE = "default"
 # "direct": PostgreSQL itself when the suite runs through PgBouncer (tests/settings.py).
 for _alias in ("default", "direct"):
     if _alias in DATABASES:  # noqa: F405
