@@ -23,7 +23,7 @@ VENV_TOOLS ?= .venv-tools
 TOOLS := checkov==3.3.30 kubernetes-validate==1.37.0
 K8S_VERSION ?= 1.37.0
 
-.PHONY: demo test lint docs unit quickstart integration pgbouncer modes compat browser image \
+.PHONY: demo test lint docs unit quickstart integration pgbouncer several-databases modes compat browser image \
 	image-test image-constraints compose-check install install-dev clean manifest-check install-tools
 
 $(BIN)/python:
@@ -93,6 +93,22 @@ pgbouncer: install-dev
 	@pg_isready -q -h 127.0.0.1 -p 6432 || { echo "pgbouncer: nothing on 127.0.0.1:6432; run .ci/pgbouncer start"; exit 1; }
 	EVERYSTEP_TEST_DB=postgres EVERYSTEP_TEST_PGBOUNCER=1 $(BIN)/pytest $(POOLER_TESTS)
 
+# A project with several databases (issue 22): everystep in "jobs", the project in "default"
+# and a router sending everystep's reads to a replica and its writes to "default"
+# (tests/settings.py, EVERYSTEP_TEST_ALIAS): the engine, the UI, commands, real workers.
+SEVERAL_TESTS := tests/integration/test_several_databases.py tests/integration/test_engine.py \
+	tests/integration/test_ui.py tests/integration/test_ui_actions.py \
+	tests/integration/test_ops_commands.py tests/integration/test_cancel.py \
+	tests/integration/test_composition.py \
+	tests/acceptance/test_worker.py::test_three_workers_share_300_runs_exclusively \
+	tests/acceptance/test_worker.py::test_sigterm_finishes_the_step_then_requeues \
+	tests/acceptance/test_worker.py::test_idle_worker_wakes_on_notify
+several-databases: install-dev
+	@for db in sqlite postgres; do \
+		echo "== several databases on $$db"; \
+		EVERYSTEP_TEST_DB=$$db EVERYSTEP_TEST_ALIAS=jobs $(BIN)/pytest $(SEVERAL_TESTS) || exit 1; \
+	done
+
 # The UI in a real browser: Debian's chromium (/usr/bin/chromium) driven by Playwright;
 # axe-core (the accessibility rules the tests inject) from tests/browser's lockfile.
 browser: install-dev
@@ -155,7 +171,8 @@ manifest-check: install-tools
 	$(VENV_TOOLS)/bin/checkov --quiet --compact --skip-download --framework dockerfile \
 		-f Dockerfile
 
-test: lint docs manifest-check unit quickstart integration pgbouncer modes browser compat \
+test: lint docs manifest-check unit quickstart integration pgbouncer several-databases modes \
+	browser compat \
 	compose-check image-test
 
 clean:
