@@ -38,24 +38,14 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
 
 
 def _close_other_sessions(database: str) -> None:
-    """Close every session on ``database`` but this one, connecting to PostgreSQL directly."""
-    import psycopg
-    from django.conf import settings
+    """Close every session on ``database`` but this one."""
+    from tests import pgadmin
 
-    server = settings.DATABASES.get("direct", settings.DATABASES["default"])
-    with psycopg.connect(
-        host=server["HOST"],
-        port=server["PORT"],
-        user=server["USER"],
-        password=server["PASSWORD"],
-        dbname="postgres",
-        autocommit=True,
-    ) as conn:
-        conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = %s AND pid <> pg_backend_pid()",
-            [database],
-        )
+    pgadmin.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = %s AND pid <> pg_backend_pid()",
+        [database],
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -8,9 +8,7 @@ import time
 import uuid
 from datetime import timedelta
 
-import psycopg
 import pytest
-from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
@@ -18,6 +16,7 @@ from everystep import schedule
 from everystep.models import Runner, Workflow
 from everystep.worker.heartbeat import Heartbeat
 from everystep.worker.state import WorkerState
+from tests import pgadmin
 from tests.testapp import workflows as wf
 
 pytestmark = [pytest.mark.backends("postgres"), pytest.mark.django_db(transaction=True)]
@@ -25,33 +24,20 @@ pytestmark = [pytest.mark.backends("postgres"), pytest.mark.django_db(transactio
 TIMEOUT = 2.0
 
 
-def admin(sql: str) -> None:
-    """``sql`` on the server's ``postgres`` database, straight to PostgreSQL."""
-    server = settings.DATABASES.get("direct", settings.DATABASES["default"])
-    with psycopg.connect(
-        host=server["HOST"],
-        port=server["PORT"],
-        user=server["USER"],
-        password=server["PASSWORD"],
-        dbname="postgres",
-        autocommit=True,
-    ) as conn:
-        conn.execute(sql)
-
-
 def outage() -> None:
     """The test database refuses connections and drops the ones it has."""
     name = connections["default"].settings_dict["NAME"]
-    admin(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
-    admin(
+    pgadmin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+    pgadmin.execute(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-        f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+        "WHERE datname = %s AND pid <> pg_backend_pid()",
+        [name],
     )
 
 
 def recovery() -> None:
     name = connections["default"].settings_dict["NAME"]
-    admin(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    pgadmin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
 
 
 def held_by_a_silent_runner() -> Workflow:
