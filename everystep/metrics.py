@@ -1,9 +1,9 @@
 """Prometheus metrics: the one module that owns them.
 
-Counters and histograms are fed by the lifecycle signals; the queue gauges and the
-worker gauges are computed on every scrape (custom collectors), so they are fresh no
-matter who scrapes. Optional: without prometheus-client installed, ``available()`` is
-False and nothing here is registered.
+Counters and histograms are fed by the lifecycle signals; the queue gauges are computed
+on every scrape (a custom collector), so they are fresh no matter who scrapes. A worker's
+own gauges are its collector's (``everystep.worker.collector``). Optional: without
+prometheus-client installed, ``available()`` is False and nothing here is registered.
 """
 
 from __future__ import annotations
@@ -11,15 +11,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import DatabaseError, connections
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 
 from everystep import signals
-
-if TYPE_CHECKING:
-    from everystep.worker.state import WorkerState
 
 logger = logging.getLogger("everystep.metrics")
 
@@ -154,28 +151,6 @@ class QueueCollector(Collector if prometheus_client else object):  # type: ignor
             connections.close_all()
         for name, key, doc in _QUEUE_GAUGES:
             yield GaugeMetricFamily(name, doc, value=stats[key])
-
-
-class WorkerCollector(Collector if prometheus_client else object):  # type: ignore[misc]
-    """Gauges of one worker, read from its live state at scrape time."""
-
-    def __init__(self, worker: WorkerState) -> None:
-        self.worker = worker
-
-    def collect(self) -> Iterator[Any]:
-        runner = self.worker.name
-        for name, value, doc in (
-            ("everystep_worker_pool_size", self.worker.pool_size, "Max runs in flight."),
-            ("everystep_worker_inflight", self.worker.inflight, "Runs in flight now."),
-            (
-                "everystep_worker_started_at_seconds",
-                self.worker.started_at.timestamp(),
-                "Unix time the worker started.",
-            ),
-        ):
-            family = GaugeMetricFamily(name, doc, labels=["runner"])
-            family.add_metric([runner], value)
-            yield family
 
 
 def exposition() -> tuple[bytes, str]:

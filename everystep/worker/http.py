@@ -6,12 +6,12 @@ import json
 import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from everystep import health, metrics
-
-if TYPE_CHECKING:
-    from everystep.worker.state import WorkerState
+from everystep import metrics
+from everystep.worker import health
+from everystep.worker.collector import worker_collector
+from everystep.worker.state import WorkerState
 
 logger = logging.getLogger("everystep.worker")
 
@@ -25,7 +25,7 @@ class ProbeServer:
         self.collector: Any = None
         if metrics.available():
             metrics.install()
-            self.collector = metrics.WorkerCollector(worker)
+            self.collector = worker_collector(worker)
             import prometheus_client
 
             prometheus_client.REGISTRY.register(self.collector)

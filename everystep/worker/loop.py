@@ -9,7 +9,6 @@ nothing is claimed while the pool is full.
 from __future__ import annotations
 
 import logging
-import signal
 import socket
 import threading
 import time
@@ -17,7 +16,6 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 from django.utils import timezone
 
@@ -26,7 +24,7 @@ from everystep.engine.execute import PassResult, fail, run_pass
 from everystep.errors import EverystepError, StoreUnavailable
 from everystep.store import database
 from everystep.values import Claim
-from everystep.worker import shutdown
+from everystep.worker import interrupts, shutdown
 from everystep.worker.connections import keep_connections
 from everystep.worker.heartbeat import Heartbeat
 from everystep.worker.http import ProbeServer
@@ -123,7 +121,7 @@ class Worker:
         state = self.state
         state.started_at = timezone.now()
         probe = self._probe_server()
-        restore = self._install_signals()
+        restore = interrupts.install(self.state, self.stop)
         executor = ThreadPoolExecutor(self.pool_size, thread_name_prefix="everystep-run")
         beat = Heartbeat(state, self.heartbeat_interval, self.orphan_timeout)
         listen_stop = threading.Event()
@@ -363,35 +361,3 @@ class Worker:
             fail(held, workflow, exc)
         except StoreUnavailable as down:
             self._retry_later(held, PassResult("retry", down))
-
-    # -- signals ----------------------------------------------------------------------
-
-    def _install_signals(self) -> Any:
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-        def handle(signum: int, frame: Any) -> None:
-            if self.state.stop.is_set():
-                logger.warning(
-                    "second %s: requeueing in-flight runs now",
-                    signal.Signals(signum).name,
-                    extra={"event": "worker.forced", "runner": self.name},
-                )
-                self.state.force.set()
-            else:
-                logger.info(
-                    "%s received: draining",
-                    signal.Signals(signum).name,
-                    extra={"event": "worker.signal", "runner": self.name},
-                )
-            self.stop()
-
-        for sig in previous:
-            signal.signal(sig, handle)
-
-        def restore() -> None:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-        return restore

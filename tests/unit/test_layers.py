@@ -40,7 +40,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "everystep.engine",
             "everystep.context",
-            "everystep.health",
             "everystep.metrics",
             "everystep.logs",
             "everystep.sentry",

@@ -15,14 +15,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import connections
 
 from everystep import store
-
-if TYPE_CHECKING:
-    from everystep.worker.state import WorkerState
+from everystep.worker.state import WorkerState
 
 logger = logging.getLogger("everystep.worker")
 
