@@ -13,10 +13,10 @@ from django.db import connection
 from django.http import Http404
 from django.test import RequestFactory
 
-from everystep import conf, health, options
+from everystep import conf, options
 from everystep.checks import check_settings
 from everystep.metrics import metrics_view
-from everystep.worker import Worker
+from everystep.worker import Worker, health
 from tests.staff import staff_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
