@@ -18,10 +18,9 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db import connections
 
-from everystep import conf
 from everystep.models import Status, Step, Workflow, fence, take_fields
+from everystep.store import database
 from everystep.values import Claim
 
 RUNS, STEPS = Workflow._meta.db_table, Step._meta.db_table
@@ -173,7 +172,7 @@ def current() -> tuple[Vendor, Any]:
     """The ``Vendor`` of everystep's connection (``EVERYSTEP_DATABASE``), and the
     connection. Looked up once per call: every ``connection.x`` goes through a
     thread-local proxy, which adds up on a path taken once per step."""
-    conn = connections[conf.database()]
+    conn = database.connection()
     db = _vendors.get(conn.vendor)
     if db is None:
         db = _vendors[conn.vendor] = Vendor(conn)

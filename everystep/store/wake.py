@@ -22,6 +22,7 @@ from typing import Any
 from django.db import connections
 
 from everystep import conf
+from everystep.store import database
 
 CHANNEL = "everystep_due"
 # Where a run that someone awaits announces its end (``everystep.store.awaits``).
@@ -32,7 +33,7 @@ logger = logging.getLogger("everystep.worker")
 
 
 def _notify(channel: str) -> None:
-    conn = connections[conf.database()]
+    conn = database.connection()
     if conn.vendor == "postgresql" and conf.notify():
         with conn.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, '')", [channel])
@@ -52,7 +53,7 @@ def can_listen() -> bool:
     """Whether everystep's database sends NOTIFY and a PostgreSQL alias can LISTEN."""
     listen = conf.listen_database()
     return (
-        connections[conf.database()].vendor == "postgresql"
+        database.connection().vendor == "postgresql"
         and listen is not None
         and connections[listen].vendor == "postgresql"
     )
