@@ -8,16 +8,10 @@ from typing import Any
 
 
 def execute(sql: str, params: Sequence[Any] = ()) -> None:
-    import psycopg
     from django.conf import settings
 
+    from tests.upgrade_load import connect
+
     server = settings.DATABASES.get("direct", settings.DATABASES["default"])
-    with psycopg.connect(
-        host=server["HOST"],
-        port=server["PORT"],
-        user=server["USER"],
-        password=server["PASSWORD"],
-        dbname="postgres",
-        autocommit=True,
-    ) as conn:
+    with connect("postgresql", server, "postgres") as conn:
         conn.execute(sql, params)
