@@ -125,8 +125,14 @@ def test_compose_stack_runs_workflows(stack):
     )
     runners = set(sql("SELECT DISTINCT claimed_by FROM everystep_workflow").split())
     assert runners <= {"runner-0", "runner-1"} and runners
-    heartbeats = set(sql("SELECT name FROM everystep_runner").split())
-    assert heartbeats == {"runner-0", "runner-1"}
+
+    # A runner that started while migrate was still running waits for it, and only then
+    # writes its heartbeat: the other may have done all 20 runs by that time.
+    def heartbeats() -> set[str]:
+        return set(sql("SELECT name FROM everystep_runner").split())
+
+    wait_for(lambda: len(heartbeats()) >= 2, 120, "both runners' heartbeats")
+    assert heartbeats() == {"runner-0", "runner-1"}
     with urllib.request.urlopen("http://127.0.0.1:8000/", timeout=10) as resp:
         # The UI needs a staff login outside the demo: the login page proves it is served.
         assert resp.status == 200
