@@ -17,9 +17,9 @@ def worker_collector(worker: WorkerState) -> Any:
 
     class WorkerCollector(Collector):
         def collect(self) -> Iterator[Any]:
-            runner = worker.name
+            runner = worker.options.name
             for name, value, doc in (
-                ("everystep_worker_pool_size", worker.pool_size, "Max runs in flight."),
+                ("everystep_worker_pool_size", worker.options.pool_size, "Max runs in flight."),
                 ("everystep_worker_inflight", worker.inflight, "Runs in flight now."),
                 (
                     "everystep_worker_started_at_seconds",

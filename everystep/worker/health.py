@@ -39,13 +39,14 @@ def liveness(worker: WorkerState) -> Probe:
     now = time.monotonic()
     age = now - worker.last_tick
     beat_age = now - worker.last_beat
-    ticking = worker.draining or age <= worker.liveness_timeout
+    limit = worker.options.liveness_timeout
+    ticking = worker.draining or age <= limit
     beating = beat_age <= worker.heartbeat_limit
     return Probe(
         ticking and beating,
         {
             "last_tick_age_seconds": round(age, 3),
-            "limit_seconds": worker.liveness_timeout,
+            "limit_seconds": limit,
             "last_heartbeat_age_seconds": round(beat_age, 3),
             "heartbeat_limit_seconds": worker.heartbeat_limit,
             "draining": worker.draining,

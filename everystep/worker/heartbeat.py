@@ -20,16 +20,14 @@ logger = logging.getLogger("everystep.worker")
 
 
 class Heartbeat(threading.Thread):
-    """Every ``interval`` seconds: write this runner's row, then requeue the runs of
+    """Every ``heartbeat`` seconds: write this runner's row, then requeue the runs of
     runners whose heartbeat is older than ``orphan_timeout`` (0 = never)."""
 
-    def __init__(self, worker: WorkerState, interval: float, orphan_timeout: float) -> None:
+    def __init__(self, worker: WorkerState) -> None:
         super().__init__(name="everystep-heartbeat", daemon=True)
         self.worker = worker
-        self.runner = worker.name
+        self.options = worker.options
         self.boot_id = uuid.uuid4()
-        self.interval = interval
-        self.orphan_timeout = orphan_timeout
         self.stop_event = threading.Event()
         # When this thread last found the database again after failing to reach it
         # (monotonic; None: no failure yet). See ``may_sweep``.
@@ -38,27 +36,27 @@ class Heartbeat(threading.Thread):
 
     def beat(self) -> None:
         store.beat(
-            self.runner,
+            self.options.name,
             self.boot_id,
-            pool_size=self.worker.pool_size,
+            pool_size=self.options.pool_size,
             inflight=self.worker.inflight,
             draining=self.worker.draining,
             started_at=self.worker.started_at,
         )
 
     def recover_orphans(self) -> None:
-        for run_id, workflow, dead in store.requeue_orphans(self.orphan_timeout):
+        for run_id, workflow, dead in store.requeue_orphans(self.options.orphan_timeout):
             report_requeued(
                 run_id,
                 workflow,
-                self.runner,
+                self.options.name,
                 f"runner {dead} stopped sending heartbeats",
                 dead_runner=dead,
             )
 
     def run(self) -> None:
         try:
-            while not self.stop_event.wait(self.interval):
+            while not self.stop_event.wait(self.options.heartbeat):
                 self._tick()
                 # Liveness reads this: a heartbeat thread that hangs or dies fails the
                 # probe, instead of this live worker's runs being taken as orphans unseen.
@@ -72,10 +70,11 @@ class Heartbeat(threading.Thread):
         others too, and their heartbeats are stale for that reason alone. Taking their
         runs at once would re-execute steps that live runners are finishing (their
         records fenced out, but executed twice); they get a full timeout to beat again."""
-        if self.orphan_timeout <= 0 or self.worker.draining or self._failing:
+        timeout = self.options.orphan_timeout
+        if timeout <= 0 or self.worker.draining or self._failing:
             return False
         since = self.reconnected_at
-        return since is None or time.monotonic() - since >= self.orphan_timeout
+        return since is None or time.monotonic() - since >= timeout
 
     def _tick(self) -> None:
         try:
@@ -105,9 +104,9 @@ class Heartbeat(threading.Thread):
         """Stop beating and remove this boot's row (a clean shutdown is not a death)."""
         self.stop_event.set()
         if self.is_alive():
-            self.join(timeout=self.interval + 5)
+            self.join(timeout=self.options.heartbeat + 5)
         try:
-            store.forget_runner(self.runner, self.boot_id)
+            store.forget_runner(self.options.name, self.boot_id)
         except store.DATABASE_ERRORS as exc:
             logger.warning(
                 "could not remove the heartbeat row: %s",
@@ -116,4 +115,4 @@ class Heartbeat(threading.Thread):
             )
 
     def _extra(self, event: str) -> dict[str, Any]:
-        return {"event": event, "runner": self.runner}
+        return {"event": event, "runner": self.options.name}

@@ -21,6 +21,7 @@ class ProbeServer:
 
     def __init__(self, worker: WorkerState) -> None:
         self.worker = worker
+        options = worker.options
         self.readiness = health.Readiness()
         self.collector: Any = None
         if metrics.available():
@@ -33,11 +34,11 @@ class ProbeServer:
             logger.warning(
                 "prometheus-client is not installed: metrics are off on port %d (health "
                 "endpoints still served); pip install 'everystep[metrics]'",
-                worker.metrics_port,
-                extra={"event": "worker.metrics_off", "runner": worker.name},
+                options.metrics_port,
+                extra={"event": "worker.metrics_off", "runner": options.name},
             )
         self.httpd = ThreadingHTTPServer(
-            (worker.metrics_bind, worker.metrics_port), self._handler()
+            (options.metrics_bind, options.metrics_port), self._handler()
         )
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
@@ -49,9 +50,9 @@ class ProbeServer:
         self.thread.start()
         logger.info(
             "metrics and health on http://%s:%d",
-            self.worker.metrics_bind,
+            self.worker.options.metrics_bind,
             self.port,
-            extra={"event": "worker.http_started", "runner": self.worker.name},
+            extra={"event": "worker.http_started", "runner": self.worker.options.name},
         )
 
     def stop(self) -> None:

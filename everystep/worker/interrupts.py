@@ -24,7 +24,7 @@ def install(state: WorkerState, stop: Callable[[], None]) -> Callable[[], None]:
 
     def handle(signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
-        extra = {"runner": state.name}
+        extra = {"runner": state.options.name}
         if state.stop.is_set():
             logger.warning(
                 "second %s: requeueing in-flight runs now",

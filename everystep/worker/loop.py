@@ -9,7 +9,6 @@ nothing is claimed while the pool is full.
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from collections import deque
@@ -19,7 +18,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from everystep import conf, options, signals, store
+from everystep import signals, store
 from everystep.engine.execute import PassResult, fail, run_pass
 from everystep.errors import EverystepError, StoreUnavailable
 from everystep.store import database
@@ -29,7 +28,7 @@ from everystep.worker.connections import keep_connections
 from everystep.worker.heartbeat import Heartbeat
 from everystep.worker.http import ProbeServer
 from everystep.worker.outage import Outage
-from everystep.worker.state import WorkerState
+from everystep.worker.state import WorkerOptions, WorkerState
 
 logger = logging.getLogger("everystep.worker")
 
@@ -46,7 +45,7 @@ class Worker:
 
     Every option is declared, with its limits, in ``everystep.options``; an option left
     ``None`` comes from its Django setting, if it has one, else its default. Invalid
-    values raise ``ValueError`` naming the option.
+    values raise ``ValueError`` naming the option. ``options`` holds them resolved.
     """
 
     def __init__(
@@ -63,31 +62,21 @@ class Worker:
         orphan_timeout: float | None = None,
         liveness_timeout: float | None = None,
     ) -> None:
-        given = {key: value for key, value in locals().items() if key in options.BY_NAME}
-        values = conf.worker_options(**given)
-        self.pool_size: int = values["pool_size"]
-        self.poll: float = values["poll"]
-        self.name: str = values["name"] or socket.gethostname()
-        self.drain: float = values["drain"]
-        self.metrics_port: int = values["metrics_port"]
-        self.metrics_bind: str = values["metrics_bind"]
-        self.notify: bool = values["notify"]
-        self.heartbeat_interval: float = values["heartbeat"]
-        self.orphan_timeout: float = values["orphan_timeout"]
-        # A tick waits at most max(poll, LISTENING_POLL, database backoff), so the
-        # default leaves a wide margin before liveness fails.
-        self.liveness_timeout: float = values["liveness_timeout"] or max(60.0, 10 * self.poll)
-        self.state = WorkerState(
-            name=self.name,
-            pool_size=self.pool_size,
-            drain=self.drain,
-            metrics_port=self.metrics_port,
-            metrics_bind=self.metrics_bind,
-            liveness_timeout=self.liveness_timeout,
-            heartbeat_interval=self.heartbeat_interval,
+        self.options = WorkerOptions.resolve(
+            pool_size=pool_size,
+            poll=poll,
+            name=name,
+            drain=drain,
+            metrics_port=metrics_port,
+            metrics_bind=metrics_bind,
+            notify=notify,
+            heartbeat=heartbeat,
+            orphan_timeout=orphan_timeout,
+            liveness_timeout=liveness_timeout,
         )
+        self.state = WorkerState(self.options)
         self.ready = self.state.ready  # set once catchup is done and the loop runs
-        self._outage = Outage(self.name, self.poll)
+        self._outage = Outage(self.options.name, self.options.poll)
         self._idle = False  # the last claim found nothing
         self._unsure = False  # a claim failed on the connection: it may have committed
         self._next_due: datetime | None = None  # when idle: the next run due, if known
@@ -118,19 +107,19 @@ class Worker:
         steps still executing (their runs were requeued; their threads are abandoned,
         and a standalone process should exit now rather than wait for them).
         """
-        state = self.state
+        state, options = self.state, self.options
         state.started_at = timezone.now()
         probe = self._probe_server()
         restore = interrupts.install(self.state, self.stop)
-        executor = ThreadPoolExecutor(self.pool_size, thread_name_prefix="everystep-run")
-        beat = Heartbeat(state, self.heartbeat_interval, self.orphan_timeout)
+        executor = ThreadPoolExecutor(options.pool_size, thread_name_prefix="everystep-run")
+        beat = Heartbeat(state)
         listen_stop = threading.Event()
         listening = threading.Event()  # stays clear without NOTIFY
         listener: store.Listener | None = None
         try:
             self._start(beat)
             beat.start()
-            if self.notify and store.can_listen():
+            if options.notify and store.can_listen():
                 listener = store.Listener(state.wake, listen_stop)
                 listening = listener.listening
                 listener.start()
@@ -140,7 +129,7 @@ class Worker:
                 self._tick(executor)
                 # While LISTEN holds, a due run wakes the loop at once and the poll is
                 # only the safety net: it may be slower, and an idle worker costs less.
-                poll = max(self.poll, LISTENING_POLL) if listening.is_set() else self.poll
+                poll = max(options.poll, LISTENING_POLL) if listening.is_set() else options.poll
                 state.wake.wait(self._outage.backoff or self._until_due(poll))
         finally:
             listen_stop.set()
@@ -157,27 +146,29 @@ class Worker:
     # -- the loop ---------------------------------------------------------------------
 
     def _probe_server(self) -> ProbeServer | None:
-        if not self.metrics_port:
+        options = self.options
+        if not options.metrics_port:
             return None
         try:
             probe = ProbeServer(self.state)
         except OSError as exc:
             raise EverystepError(
-                f"cannot serve metrics on {self.metrics_bind}:{self.metrics_port}: {exc}"
+                f"cannot serve metrics on {options.metrics_bind}:{options.metrics_port}: {exc}"
             ) from exc
         probe.start()
         return probe
 
     def _start(self, beat: Heartbeat) -> None:
+        options = self.options
         logger.info(
             "worker %s starting: pool %d, poll %gs, drain %gs, %s, notify %s",
-            self.name,
-            self.pool_size,
-            self.poll,
-            self.drain,
+            options.name,
+            options.pool_size,
+            options.poll,
+            options.drain,
             database.connection().vendor,
-            "on" if self.notify and store.can_listen() else "off",
-            extra={"event": "worker.starting", "runner": self.name},
+            "on" if options.notify and store.can_listen() else "off",
+            extra={"event": "worker.starting", "runner": options.name},
         )
         while not self.state.stop.is_set():
             self.state.tick()  # retrying the database is not being wedged
@@ -187,7 +178,7 @@ class Worker:
             try:
                 self._warn_if_name_is_live(beat)
                 beat.beat()
-                parked = store.reclaim_parked(self.name)
+                parked = store.reclaim_parked(self.options.name)
                 break
             except store.DATABASE_ERRORS as exc:
                 self._outage.down(exc)
@@ -198,29 +189,29 @@ class Worker:
         if parked:
             logger.info(
                 "worker %s resumes %d run(s) parked under its name",
-                self.name,
+                self.options.name,
                 len(parked),
-                extra={"event": "worker.catchup", "runner": self.name},
+                extra={"event": "worker.catchup", "runner": self.options.name},
             )
             self._hold(parked)
 
     def _warn_if_name_is_live(self, beat: Heartbeat) -> None:
-        other = store.get_runner(self.name)
+        other = store.get_runner(self.options.name)
         if other is None or other.boot_id == beat.boot_id:
             return
-        if other.may_be_alive(self.orphan_timeout, self.heartbeat_interval):
+        if other.may_be_alive(self.options.orphan_timeout, self.options.heartbeat):
             logger.warning(
                 "runner name %s sent a heartbeat %.0fs ago from another process: if that "
                 "process is still alive, two workers share one name",
-                self.name,
+                self.options.name,
                 other.seconds_silent(),
-                extra={"event": "worker.name_in_use", "runner": self.name},
+                extra={"event": "worker.name_in_use", "runner": self.options.name},
             )
 
     def _tick(self, executor: ThreadPoolExecutor) -> None:
         self.state.tick()
         self.reap()
-        capacity = self.pool_size - self.state.inflight
+        capacity = self.options.pool_size - self.state.inflight
         if capacity <= 0:
             return
         if self._unsure and not self._take_back_strays():
@@ -237,7 +228,9 @@ class Worker:
                 self._outage.up()
                 self._idle = not claimed
                 if claimed:
-                    signals.runs_claimed.send(sender=Worker, runner=self.name, count=len(claimed))
+                    signals.runs_claimed.send(
+                        sender=Worker, runner=self.options.name, count=len(claimed)
+                    )
                 batch += claimed
         for held in batch:
             future = executor.submit(self._execute, held)
@@ -252,7 +245,7 @@ class Worker:
         held = {claim.run_id for claim in state.running.values()}
         held.update(claim.run_id for _, claim in state.backlog)
         try:
-            strays = store.reclaim_strays(self.name, held)
+            strays = store.reclaim_strays(self.options.name, held)
         except store.DATABASE_ERRORS as exc:
             self._outage.down(exc)
             return False
@@ -261,9 +254,9 @@ class Worker:
         if strays:
             logger.warning(
                 "worker %s takes back %d run(s) claimed while the connection failed",
-                self.name,
+                self.options.name,
                 len(strays),
-                extra={"event": "worker.strays", "runner": self.name},
+                extra={"event": "worker.strays", "runner": self.options.name},
             )
             self._hold(strays)
         return True
@@ -272,7 +265,7 @@ class Worker:
         """Runs taken back outside a claim (catchup, strays): into the backlog, to start
         as the pool has room, and counted as claimed like any other."""
         self.state.backlog.extend((0.0, held) for held in taken)
-        signals.runs_claimed.send(sender=Worker, runner=self.name, count=len(taken))
+        signals.runs_claimed.send(sender=Worker, runner=self.options.name, count=len(taken))
 
     def _claim(self, limit: int) -> list[Claim]:
         # An idle worker first asks when the next run is due (one cheap statement): it
@@ -282,7 +275,7 @@ class Worker:
             if self._next_due is None or self._next_due > timezone.now():
                 return []
         self._next_due = None
-        return store.claim_due(self.name, limit)
+        return store.claim_due(self.options.name, limit)
 
     def _until_due(self, poll: float) -> float:
         """Seconds to wait before the next tick: the poll, or less if a sleeping or
@@ -332,7 +325,9 @@ class Worker:
         # Steps may have been recorded before the database went away: the next pass
         # loads them rather than trusting the claim's "fresh".
         held = replace(held, fresh=False)
-        self.state.backlog.append((time.monotonic() + max(self._outage.backoff, self.poll), held))
+        self.state.backlog.append(
+            (time.monotonic() + max(self._outage.backoff, self.options.poll), held)
+        )
 
     def _fail_crashed(self, held: Claim, exc: BaseException) -> None:
         workflow = held.workflow
@@ -346,7 +341,7 @@ class Worker:
             "event": "run.crashed",
             "run_id": str(held.run_id),
             "workflow": workflow,
-            "runner": self.name,
+            "runner": self.options.name,
         }
         # The traceback is logged here; the outcome itself (log line, metrics, Sentry)
         # goes through the engine's one path, like every other outcome.

@@ -30,16 +30,17 @@ def drain(
     """Drain the worker; True if every in-flight run ended on its own before the deadline.
     ``reap`` collects the runs that ended (the worker's own bookkeeping)."""
     worker.stop.set()
-    extra = {"event": "worker.draining", "runner": worker.name}
+    options = worker.options
+    extra = {"event": "worker.draining", "runner": options.name}
     logger.info(
         "worker %s draining %d run(s), drain %gs",
-        worker.name,
+        options.name,
         worker.inflight,
-        worker.drain,
+        options.drain,
         extra=extra,
     )
     _requeue_backlog(worker)
-    deadline = time.monotonic() + worker.drain if worker.drain > 0 else None
+    deadline = time.monotonic() + options.drain if options.drain > 0 else None
     while worker.running and not worker.force.is_set():
         left = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
         if left <= 0:
@@ -53,9 +54,9 @@ def drain(
     if leftovers:
         logger.warning(
             "worker %s requeued %d run(s) still executing at the drain deadline",
-            worker.name,
+            options.name,
             len(leftovers),
-            extra={"event": "worker.drain_deadline", "runner": worker.name},
+            extra={"event": "worker.drain_deadline", "runner": options.name},
         )
     beat.stop()
     if leftovers:
@@ -64,11 +65,11 @@ def drain(
     else:
         # The pool is idle: close its threads' connections (kept from run to run) and
         # wait for the threads, so run() leaves neither a thread nor a session behind.
-        _close_pool_connections(executor, worker.pool_size)
+        _close_pool_connections(executor, options.pool_size)
         executor.shutdown(wait=True)
     connections.close_all()
     logger.info(
-        "worker %s stopped", worker.name, extra={"event": "worker.stopped", "runner": worker.name}
+        "worker %s stopped", options.name, extra={"event": "worker.stopped", "runner": options.name}
     )
     return not leftovers
 
@@ -94,9 +95,10 @@ def _requeue_backlog(worker: WorkerState) -> None:
 
 
 def _requeue(worker: WorkerState, held: Claim) -> None:
+    runner = worker.options.name
     try:
         if store.requeue_run(held):
-            report_requeued(held.run_id, held.workflow or "?", worker.name, "worker shutdown")
+            report_requeued(held.run_id, held.workflow or "?", runner, "worker shutdown")
     except store.UNREACHABLE as exc:
         # Left running under this name: a restart under the same name, or orphan
         # recovery once the heartbeat expires, resumes it.
@@ -104,10 +106,10 @@ def _requeue(worker: WorkerState, held: Claim) -> None:
             "run %s could not be requeued (%s); it stays with runner %s",
             held.run_id,
             exc,
-            worker.name,
+            runner,
             extra={
                 "event": "run.requeue_failed",
                 "run_id": str(held.run_id),
-                "runner": worker.name,
+                "runner": runner,
             },
         )

@@ -1,11 +1,13 @@
 """What the probes, the metrics, the heartbeat and the drain read of a running worker.
 
-``Worker`` owns one ``WorkerState`` and hands it to its collaborators, so none of them
+``Worker`` resolves its options once into a ``WorkerOptions`` and owns one
+``WorkerState`` holding them; it hands that state to its collaborators, so none of them
 imports the worker class or reaches into its private fields.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections import deque
@@ -16,20 +18,43 @@ from typing import Any
 
 from django.utils import timezone
 
+from everystep import conf
 from everystep.values import Claim
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """A worker's options, resolved once: one field per option of ``everystep.options``,
+    under the same name, with its effective value (never ``None``)."""
+
+    pool_size: int
+    poll: float
+    name: str
+    drain: float
+    metrics_port: int
+    metrics_bind: str
+    notify: bool
+    heartbeat: float
+    orphan_timeout: float
+    liveness_timeout: float
+
+    @classmethod
+    def resolve(cls, **given: Any) -> WorkerOptions:
+        """The options from ``given`` (``None`` = not given), else the Django settings,
+        else the defaults. Raises ``OptionError`` naming every invalid option."""
+        values = conf.worker_options(**given)
+        name = values.pop("name") or socket.gethostname()
+        # A tick waits at most max(poll, the listening poll, the database backoff), so
+        # the default leaves a wide margin before liveness fails.
+        liveness = values.pop("liveness_timeout") or max(60.0, 10 * values["poll"])
+        return cls(name=name, liveness_timeout=liveness, **values)
 
 
 @dataclass
 class WorkerState:
     """The live state of one worker: its options, its runs, and the events that stop it."""
 
-    name: str
-    pool_size: int
-    drain: float
-    metrics_port: int
-    metrics_bind: str
-    liveness_timeout: float
-    heartbeat_interval: float = 5.0
+    options: WorkerOptions
     started_at: datetime = field(default_factory=timezone.now)
     last_tick: float = field(default_factory=time.monotonic)  # the claim loop is ticking
     last_beat: float = field(default_factory=time.monotonic)  # the heartbeat thread is
@@ -61,4 +86,4 @@ class WorkerState:
     @property
     def heartbeat_limit(self) -> float:
         """Seconds without a beat attempt after which liveness fails."""
-        return max(self.liveness_timeout, 3 * self.heartbeat_interval)
+        return max(self.options.liveness_timeout, 3 * self.options.heartbeat)

@@ -15,7 +15,7 @@ from django.utils import timezone
 from everystep import schedule
 from everystep.models import Runner, Workflow
 from everystep.worker.heartbeat import Heartbeat
-from everystep.worker.state import WorkerState
+from everystep.worker.state import WorkerOptions, WorkerState
 from tests import pgadmin
 from tests.testapp import workflows as wf
 
@@ -52,14 +52,21 @@ def held_by_a_silent_runner() -> Workflow:
     return run
 
 
+def sweeper() -> WorkerState:
+    """The state of a worker that beats every half second and takes orphans after TIMEOUT."""
+    options = WorkerOptions.resolve(
+        name="sweeper", pool_size=1, heartbeat=0.5, orphan_timeout=TIMEOUT
+    )
+    return WorkerState(options)
+
+
 def status(run: Workflow) -> str:
     return Workflow.objects.get(id=run.id).status
 
 
 def test_after_its_own_outage_a_worker_gives_other_runners_a_full_timeout():
     run = held_by_a_silent_runner()
-    state = WorkerState("sweeper", 1, 30.0, 0, "127.0.0.1", 60.0, heartbeat_interval=0.5)
-    beat = Heartbeat(state, interval=0.5, orphan_timeout=TIMEOUT)
+    beat = Heartbeat(sweeper())
     try:
         outage()
         beat._tick()  # fails: the database is gone
@@ -77,6 +84,5 @@ def test_after_its_own_outage_a_worker_gives_other_runners_a_full_timeout():
 
 def test_without_an_outage_a_silent_runner_loses_its_runs_at_once():
     run = held_by_a_silent_runner()
-    state = WorkerState("sweeper", 1, 30.0, 0, "127.0.0.1", 60.0, heartbeat_interval=0.5)
-    Heartbeat(state, interval=0.5, orphan_timeout=TIMEOUT)._tick()
+    Heartbeat(sweeper())._tick()
     assert status(run) == "scheduled"

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_the_library_binds_the_probe_port_to_the_loopback_by_default():
     assert options.BY_NAME["metrics_bind"].default == "127.0.0.1"
     assert conf.worker_default("metrics_bind") == "127.0.0.1"
-    assert Worker(pool_size=1, name="bind-default").metrics_bind == "127.0.0.1"
+    assert Worker(pool_size=1, name="bind-default").options.metrics_bind == "127.0.0.1"
 
 
 class _Draining:

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 class Embedded:
     def __init__(self, **options: object) -> None:
-        self.worker = Worker(poll=0.02, heartbeat=0.2, orphan_timeout=0, **options)
+        self.worker = Worker(**{"poll": 0.02, "heartbeat": 0.2, "orphan_timeout": 0, **options})
         self.returned: list[bool] = []
         self.thread = threading.Thread(target=lambda: self.returned.append(self.worker.run()))
 

@@ -143,9 +143,7 @@ def test_an_orphan_requeue_is_reported(received):
     Runner.objects.create(
         name="ghost", boot_id=uuid.uuid4(), pool_size=1, started_at=long_ago, last_seen=long_ago
     )
-    embedded = Embedded(name="sweeper")
-    embedded.worker.orphan_timeout = 1.0
-    with embedded:
+    with Embedded(name="sweeper", orphan_timeout=1.0):
         wait_for(all_final)
     run.refresh_from_db()
     assert run.status == "completed"

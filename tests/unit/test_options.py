@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import socket
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from django.test import override_settings
 from everystep import checks, conf, options
 from everystep.options import BY_NAME, OPTIONS, OptionError, resolve
 from everystep.worker import Worker
+from everystep.worker.state import WorkerOptions
 
 # The worker options table lives on this documentation page (it was the README's).
 OPTIONS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "worker-options.md"
@@ -40,6 +43,25 @@ def test_worker_signature_defaults_are_the_declared_defaults():
             assert default is None, option.name
         else:
             assert default == option.default, option.name
+
+
+def test_worker_options_hold_one_field_per_declared_option():
+    """WorkerOptions has a field for every declared option, under its name, and no other."""
+    assert [field.name for field in dataclasses.fields(WorkerOptions)] == list(BY_NAME)
+
+
+def test_a_worker_keeps_one_frozen_options_object_shared_with_its_state():
+    """Worker resolves its options once; its state holds that same frozen object."""
+    worker = Worker(pool_size=3, name="once")
+    assert worker.state.options is worker.options
+    assert (worker.options.pool_size, worker.options.name) == (3, "once")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        worker.options.pool_size = 5  # type: ignore[misc]
+
+
+def test_an_unnamed_worker_takes_the_hostname():
+    """A worker given no name takes the hostname as its runner name."""
+    assert WorkerOptions.resolve().name == socket.gethostname()
 
 
 def test_command_flags_are_generated_from_the_options():
@@ -120,20 +142,20 @@ def test_system_check_applies_the_cross_option_rule():
     assert len(errors) == 1 and "EVERYSTEP_ORPHAN_TIMEOUT must be more than twice" in errors[0].msg
     with pytest.raises(ValueError, match="more than twice heartbeat"):
         Worker()
-    assert Worker(orphan_timeout=0).orphan_timeout == 0.0
+    assert Worker(orphan_timeout=0).options.orphan_timeout == 0.0
 
 
 @override_settings(EVERYSTEP_HEARTBEAT=1.5, EVERYSTEP_NOTIFY=False)
 def test_worker_reads_django_settings_for_options_not_given():
     """An option not given comes from its Django setting; a given one wins."""
     worker = Worker()
-    assert (worker.heartbeat_interval, worker.notify) == (1.5, False)
-    assert Worker(heartbeat=4, notify=True).heartbeat_interval == 4.0
+    assert (worker.options.heartbeat, worker.options.notify) == (1.5, False)
+    assert Worker(heartbeat=4, notify=True).options.heartbeat == 4.0
     assert conf.worker_default("heartbeat") == 1.5
 
 
 def test_liveness_timeout_default_follows_poll():
     """Without a liveness timeout the worker allows max(60 s, 10 polls) between ticks."""
-    assert Worker(poll=10).liveness_timeout == 100.0
-    assert Worker().liveness_timeout == 60.0
-    assert Worker(liveness_timeout=5).liveness_timeout == 5.0
+    assert Worker(poll=10).options.liveness_timeout == 100.0
+    assert Worker().options.liveness_timeout == 60.0
+    assert Worker(liveness_timeout=5).options.liveness_timeout == 5.0

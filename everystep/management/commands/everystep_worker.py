@@ -51,7 +51,7 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(f"invalid option: {exc}") from None
         if not options.get("skip_checks"):
-            self._check_once_the_database_answers(worker.name)
+            self._check_once_the_database_answers(worker.options.name)
         try:
             clean = worker.run()
         except EverystepError as exc:
