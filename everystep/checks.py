@@ -32,6 +32,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="everystep.E005",
             )
         )
+    prepared = getattr(settings, "EVERYSTEP_PREPARED_STATEMENTS", None)
+    if prepared is not None and prepared is not True and prepared is not False:
+        errors.append(
+            checks.Error(
+                f"EVERYSTEP_PREPARED_STATEMENTS must be True, False or None, got {prepared!r} "
+                "(None applies meanwhile: prepared only where the connection keeps a session)",
+                id="everystep.E008",
+            )
+        )
     errors += _check_aliases()
     return errors
 

@@ -124,6 +124,14 @@ def listen_database() -> str | None:
     return alias if alias in settings.DATABASES else None
 
 
+def prepared_statements() -> bool | None:
+    """``EVERYSTEP_PREPARED_STATEMENTS``: ``True``/``False``, or None (unset, or invalid:
+    the system checks report it) to prepare only where the connection is shown to keep a
+    session of its own (``everystep.store.prepared``)."""
+    value = getattr(settings, "EVERYSTEP_PREPARED_STATEMENTS", None)
+    return value if value is True or value is False else None
+
+
 def _forget(*, setting: str, **_: Any) -> None:
     if setting in {"EVERYSTEP_DATABASE", "EVERYSTEP_LISTEN_DATABASE", "DATABASES"}:
         database.cache_clear()

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from django.conf import settings
 
 from everystep.models import Status, Step, Workflow, fence, take_fields
-from everystep.store import database
+from everystep.store import database, prepared
 from everystep.values import Claim
 
 RUNS, STEPS = Workflow._meta.db_table, Step._meta.db_table
@@ -114,18 +114,15 @@ class Vendor:
             return cursor
         conn.ensure_connection()
         raw = conn.connection
-        kept = conn.__dict__.get("_everystep_cursor")
-        if kept is None or kept[0] is not raw:
-            if self.vendor == "postgresql":
-                import psycopg
-
-                driver_cursor = psycopg.Cursor(raw)
-            else:
-                driver_cursor = raw.cursor()
-            kept = (raw, conn.make_cursor(driver_cursor))
-            conn.__dict__["_everystep_cursor"] = kept
-        kept[1].execute(statement.native, params)
-        return kept[1]
+        prepare = self.vendor == "postgresql" and prepared.enabled()
+        kept: _Kept | None = conn.__dict__.get("_everystep_cursor")
+        if kept is None or kept.raw is not raw or (kept.plans is not None) is not prepare:
+            kept = conn.__dict__["_everystep_cursor"] = _Kept(conn, raw, self.vendor, prepare)
+        if kept.plans is None:
+            kept.cursor.execute(statement.native, params)
+        else:
+            kept.cursor.execute(kept.plans.text(statement.native), params)
+        return kept.cursor
 
     def param(self, column: str, value: Any) -> Any:
         """``value`` as the driver takes it for ``column``."""
@@ -143,6 +140,26 @@ class Vendor:
             for column, value in fence(claim).items()
             if not isinstance(value, Status)
         ]
+
+
+class _Kept:
+    """The driver's cursor kept with one connection, in Django's wrapper, and, where
+    statements are prepared on it, their re-planning (``prepared.Plans``)."""
+
+    __slots__ = ("cursor", "plans", "raw")
+
+    def __init__(self, conn: Any, raw: Any, vendor: str, prepare: bool) -> None:
+        self.raw = raw
+        self.plans = prepared.Plans() if prepare else None
+        if vendor != "postgresql":
+            driver_cursor = raw.cursor()
+        elif prepare:
+            driver_cursor = prepared.preparing_cursor(raw)
+        else:
+            import psycopg
+
+            driver_cursor = psycopg.Cursor(raw)
+        self.cursor = conn.make_cursor(driver_cursor)
 
 
 def _same(value: Any) -> Any:

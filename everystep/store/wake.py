@@ -22,7 +22,7 @@ from typing import Any
 from django.db import connections
 
 from everystep import conf
-from everystep.store import database
+from everystep.store import database, prepared
 
 CHANNEL = "everystep_due"
 # Where a run that someone awaits announces its end (``everystep.store.awaits``).
@@ -149,6 +149,7 @@ class Listener(threading.Thread):
                     conn.execute(f"LISTEN {CHANNEL}")
                     if not self._probe(conn):
                         return
+                    prepared.confirm_session(self.alias)
                     backoff = 0.5
                     self.listening.set()
                     # A notification may have been missed while (re)connecting.
