@@ -7,7 +7,11 @@ router never sends one elsewhere.
 
 from __future__ import annotations
 
-from django.db import connections, transaction
+import contextlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.db import DatabaseError, InterfaceError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from everystep import conf
@@ -26,3 +30,37 @@ def atomic(*, savepoint: bool = True, durable: bool = False) -> transaction.Atom
 def set_rollback() -> None:
     """Mark the innermost ``atomic()`` on everystep's alias for rollback."""
     transaction.set_rollback(True, using=conf.database())
+
+
+@contextmanager
+def lock_waits_at_most(seconds: int) -> Iterator[None]:
+    """Statements on everystep's connection inside the block wait at most ``seconds`` for
+    a row lock, then fail with a database error. For the worker's shutdown: a run whose
+    atomic step is still executing is locked by that step's transaction, and waiting for
+    it would overrun the drain deadline by the rest of the step (PostgreSQL), by
+    ``innodb_lock_wait_timeout``, 50 s by default (MariaDB), or by the connection's
+    ``timeout`` for SQLite's write lock (30 s in the recommended settings)."""
+    conn = connection()
+    if conn.vendor == "postgresql":
+        # Local to a transaction, so nothing outlives it on a pooled server connection.
+        with atomic(), conn.cursor() as cursor:
+            cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{seconds}s"])
+            yield
+    elif conn.vendor == "mysql":
+        with conn.cursor() as cursor:
+            cursor.execute("SET SESSION innodb_lock_wait_timeout = %s", [seconds])
+        try:
+            yield
+        finally:
+            with contextlib.suppress(DatabaseError, InterfaceError), conn.cursor() as cursor:
+                cursor.execute("SET SESSION innodb_lock_wait_timeout = DEFAULT")
+    else:  # SQLite: the wait for the write lock, for this connection
+        with conn.cursor() as cursor:
+            cursor.execute("PRAGMA busy_timeout")
+            before = int(cursor.fetchone()[0])
+            cursor.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(DatabaseError, InterfaceError), conn.cursor() as cursor:
+                cursor.execute(f"PRAGMA busy_timeout = {before}")

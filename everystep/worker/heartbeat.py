@@ -14,9 +14,12 @@ from django.db import connections
 
 from everystep import store
 from everystep.engine.execute import report_requeued
+from everystep.store import database
 from everystep.worker.state import WorkerState
 
 logger = logging.getLogger("everystep.worker")
+# Seconds a statement of the shutdown waits for a row lock before giving up.
+SHUTDOWN_LOCK_WAIT = 2
 
 
 class Heartbeat(threading.Thread):
@@ -106,7 +109,9 @@ class Heartbeat(threading.Thread):
         if self.is_alive():
             self.join(timeout=self.options.heartbeat + 5)
         try:
-            store.forget_runner(self.options.name, self.boot_id)
+            # Shutdown must not wait out a row lock (``shutdown.REQUEUE_LOCK_WAIT``).
+            with database.lock_waits_at_most(SHUTDOWN_LOCK_WAIT):
+                store.forget_runner(self.options.name, self.boot_id)
         except store.DATABASE_ERRORS as exc:
             logger.warning(
                 "could not remove the heartbeat row: %s",

@@ -17,8 +17,9 @@ from django.db import connections
 
 from everystep import store
 from everystep.engine.execute import report_requeued
+from everystep.store import database
 from everystep.values import Claim
-from everystep.worker.heartbeat import Heartbeat
+from everystep.worker.heartbeat import SHUTDOWN_LOCK_WAIT, Heartbeat
 from everystep.worker.state import WorkerState
 
 logger = logging.getLogger("everystep.worker")
@@ -97,7 +98,9 @@ def _requeue_backlog(worker: WorkerState) -> None:
 def _requeue(worker: WorkerState, held: Claim) -> None:
     runner = worker.options.name
     try:
-        if store.requeue_run(held):
+        with database.lock_waits_at_most(SHUTDOWN_LOCK_WAIT):
+            requeued = store.requeue_run(held)
+        if requeued:
             report_requeued(held.run_id, held.workflow or "?", runner, "worker shutdown")
     except store.UNREACHABLE as exc:
         # Left running under this name: a restart under the same name, or orphan

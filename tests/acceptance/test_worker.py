@@ -111,6 +111,27 @@ def test_drain_deadline_requeues_a_step_still_running(workers):
     assert "still executing at the drain deadline" in proc.log()
 
 
+def test_the_drain_deadline_holds_while_an_atomic_step_locks_its_run(workers, tmp_path):
+    """An atomic step still running at the drain deadline holds its run row's lock in its
+    transaction. Requeueing that run waited for the lock: on PostgreSQL until the step
+    ended, on MariaDB for innodb_lock_wait_timeout (50 s), on SQLite for the connection's
+    timeout (30 s here), so the worker overran its drain by that much. The requeue now
+    gives up within seconds: the run stays with the runner's name, for a restart under
+    that name or for orphan recovery."""
+    marker = tmp_path / "began"
+    run = schedule(wf.atomic_hold, str(marker), 45)
+    proc = workers("holder", "--drain", "1", *FAST)
+    wait_until(marker.exists, 60, "the atomic step to begin")
+    began = time.monotonic()
+    proc.signal(signal.SIGTERM)
+    assert proc.wait(40) == 0
+    assert time.monotonic() - began < 25, "the worker overran its drain deadline"
+    run.refresh_from_db()
+    assert (run.status, run.claimed_by) == ("running", "holder")
+    assert not Step.objects.filter(workflow=run).exists()
+    assert "could not be requeued" in proc.log()
+
+
 def test_sigkill_then_restart_under_the_same_name_resumes(workers):
     """SIGKILL leaves the run parked under the name; a restart with that name completes it."""
     run = schedule(wf.slow, 1)

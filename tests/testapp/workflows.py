@@ -304,3 +304,20 @@ def self_cancel() -> None:
     echo("before-cancel")
     cancel_own_run()
     echo("after-cancel")
+
+
+@step(atomic=True)
+def hold_in_transaction(marker: str, seconds: float) -> str:
+    """An atomic step: its transaction holds the run row's lock while it sleeps. The
+    marker file says it has begun (a row it wrote would not be seen before its commit)."""
+    import pathlib
+    import time
+
+    pathlib.Path(marker).touch()
+    time.sleep(seconds)
+    return "held"
+
+
+@workflow
+def atomic_hold(marker: str, seconds: float) -> str:
+    return hold_in_transaction(marker, seconds)
