@@ -104,8 +104,6 @@ HERE = Path(__file__).resolve().parent
 BENCH = HERE.parent
 ROOT = BENCH.parent
 RESULTS = BENCH / "results.jsonl"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-DB_SERVER_COMMANDS = {"postgres"}
 ENTRYPOINT = "bench_three"
 DB_PREFIX = "pgq_bench_"
 
@@ -335,69 +333,24 @@ def database_version(args: argparse.Namespace) -> str:
     return f"PostgreSQL {value}"
 
 
-# -- CPU and memory (the method of bench/harness.py) ---------------------------------------
+# -- CPU and memory: bench/harness.py's own functions (it imports Django only inside the
+# functions that need it, so this venv can import it)
 
-
-def _stat_fields(pid: int) -> list[str]:
-    text = Path(f"/proc/{pid}/stat").read_text()
-    return text[text.rindex(")") + 2 :].split()  # after "pid (comm) "
-
-
-def process_cpu_seconds(pid: int, children: bool = False) -> float:
-    fields = _stat_fields(pid)  # fields[11], [12]: utime, stime; [13], [14]: children's
-    ticks = int(fields[11]) + int(fields[12])
-    if children:
-        ticks += int(fields[13]) + int(fields[14])
-    return ticks / CLOCK_TICKS
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import db_server_cpu_seconds as _db_server_cpu_seconds  # noqa: E402
+from harness import machine_busy_seconds, process_cpu_split, process_rss_mb, wait_quiet  # noqa: E402
 
 
 def db_server_cpu_seconds() -> float:
-    """CPU seconds of the PostgreSQL server's processes, including exited backends (their
-    time is in the postmaster's cutime/cstime once reaped)."""
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if (entry / "comm").read_text().strip() in DB_SERVER_COMMANDS:
-                total += process_cpu_seconds(int(entry.name), children=True)
-        except (OSError, ValueError):
-            continue
-    return total
-
-
-def machine_busy_seconds() -> float:
-    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:9]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / CLOCK_TICKS
+    return _db_server_cpu_seconds("postgres")
 
 
 def own_cpu() -> tuple[float, float]:
-    times = os.times()
-    return times.user, times.system
+    return process_cpu_split(os.getpid())
 
 
 def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return math.nan
-
-
-def wait_quiet(max_wait: float, threshold: float = 0.25) -> dict[str, Any]:
-    """Wait (at most ``max_wait`` seconds) until everything but this process used less
-    than ``threshold`` CPUs over one second."""
-    began = time.monotonic()
-    while True:
-        machine, own = machine_busy_seconds(), sum(own_cpu())
-        time.sleep(1.0)
-        others = machine_busy_seconds() - machine - (sum(own_cpu()) - own)
-        waited = time.monotonic() - began
-        if others < threshold or waited >= max_wait:
-            return {
-                "waited_s": round(waited, 1),
-                "quiet": others < threshold,
-                "other_cpus": round(others, 2),
-            }
+    return process_rss_mb(os.getpid())
 
 
 # -- the consumer --------------------------------------------------------------------------
