@@ -124,10 +124,12 @@ def listen_database() -> str | None:
     return alias if alias in settings.DATABASES else None
 
 
+@cache
 def prepared_statements() -> bool | None:
     """``EVERYSTEP_PREPARED_STATEMENTS``: ``True``/``False``, or None (unset, or invalid:
     the system checks report it) to prepare only where the connection is shown to keep a
-    session of its own (``everystep.store.prepared``)."""
+    session of its own (``everystep.store.prepared``). Cached: asked once per statement,
+    and an unset setting costs an exception on every lookup."""
     value = getattr(settings, "EVERYSTEP_PREPARED_STATEMENTS", None)
     return value if value is True or value is False else None
 
@@ -136,6 +138,8 @@ def _forget(*, setting: str, **_: Any) -> None:
     if setting in {"EVERYSTEP_DATABASE", "EVERYSTEP_LISTEN_DATABASE", "DATABASES"}:
         database.cache_clear()
         listen_database.cache_clear()
+    if setting == "EVERYSTEP_PREPARED_STATEMENTS":
+        prepared_statements.cache_clear()
 
 
 setting_changed.connect(_forget)
