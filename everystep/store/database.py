@@ -8,10 +8,11 @@ router never sends one elsewhere.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from django.db import DatabaseError, InterfaceError, connections, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from everystep import conf
@@ -30,6 +31,36 @@ def atomic(*, savepoint: bool = True, durable: bool = False) -> transaction.Atom
 def set_rollback() -> None:
     """Mark the innermost ``atomic()`` on everystep's alias for rollback."""
     transaction.set_rollback(True, using=conf.database())
+
+
+# The raw SQLite connection whose write-lock wait this thread last shortened.
+_shortened = threading.local()
+
+
+def keep_write_lock_waits_short(seconds: float) -> None:
+    """SQLite: this thread's connection waits at most ``seconds`` for the database's write
+    lock, for as long as the connection lasts (a new one starts with the project's
+    ``timeout``). For the worker's own threads: a step's transaction holds that lock (an
+    atomic step, for the whole step), and a claim waiting out a 30 s timeout keeps the
+    worker from handling SIGTERM, since Python runs signal handlers only once the waiting
+    statement returns. A wait given up fails the statement (``is_write_lock_busy``), and
+    the loop tries again. Nothing to do elsewhere: claims skip locked rows there."""
+    conn = connection()
+    if conn.vendor != "sqlite":
+        return
+    conn.ensure_connection()
+    if getattr(_shortened, "raw", None) is conn.connection:
+        return
+    with conn.cursor() as cursor:
+        cursor.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+    # Kept referenced, so a later connection cannot reuse its identity.
+    _shortened.raw = conn.connection
+
+
+def is_write_lock_busy(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite's ``database is locked``: another connection held the
+    write lock for longer than this one would wait. Nothing was written."""
+    return isinstance(exc, OperationalError) and "database is locked" in str(exc)
 
 
 @contextmanager

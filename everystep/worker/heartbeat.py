@@ -20,6 +20,9 @@ from everystep.worker.state import WorkerState
 logger = logging.getLogger("everystep.worker")
 # Seconds a statement of the shutdown waits for a row lock before giving up.
 SHUTDOWN_LOCK_WAIT = 2
+# Seconds a statement of the loop or the heartbeat waits for SQLite's write lock
+# (``database.keep_write_lock_waits_short``): the longest SIGTERM can go unhandled.
+WRITE_LOCK_WAIT = 1
 
 
 class Heartbeat(threading.Thread):
@@ -81,6 +84,8 @@ class Heartbeat(threading.Thread):
 
     def _tick(self) -> None:
         try:
+            # A beat blocked on SQLite's write lock would hold up the shutdown's join.
+            database.keep_write_lock_waits_short(WRITE_LOCK_WAIT)
             self.beat()
             if self._failing:
                 self._failing, self.reconnected_at = False, time.monotonic()

@@ -8,6 +8,7 @@ import logging
 from django.db import connections
 
 from everystep import store
+from everystep.store import database
 from everystep.store.runs import missing_tables
 
 logger = logging.getLogger("everystep.worker")
@@ -23,10 +24,14 @@ class Outage:
         self.poll = poll
         self.backoff = 0.0
         self._tables_missing = False
+        self._busy = False
 
     def down(self, exc: BaseException | None) -> None:
         """An attempt failed with ``exc``: back off, say why (missing tables only once:
         they stay missing until someone runs migrate, which the worker then notices)."""
+        if exc is not None and database.is_write_lock_busy(exc):
+            self._write_lock_busy()
+            return
         self.backoff = min(max(self.backoff * 2, self.poll, 0.2), MAX_BACKOFF)
         missing = missing_tables(exc) if exc is not None else None
         if missing is None:
@@ -50,6 +55,19 @@ class Outage:
             )
         self._tables_missing = missing is not None
         connections.close_all()
+
+    def _write_lock_busy(self) -> None:
+        # SQLite's one write lock is held elsewhere (a long transaction, an atomic step).
+        # The database is there and the attempt already waited its while: try again after
+        # a poll, on the same connection, and say so once.
+        self.backoff = self.poll
+        if not self._busy:
+            logger.info(
+                "another connection holds SQLite's write lock (a long transaction or an "
+                "atomic step?); the worker keeps trying",
+                extra={"event": "worker.write_lock_busy", "runner": self.runner},
+            )
+        self._busy = True
 
     def migrating(self) -> bool:
         """After missing tables: whether everystep's migrations are still being applied.
@@ -91,3 +109,4 @@ class Outage:
             )
         self.backoff = 0.0
         self._tables_missing = False
+        self._busy = False

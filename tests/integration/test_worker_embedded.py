@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import signal
+import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -15,7 +18,7 @@ from everystep import schedule
 from everystep.engine import execute
 from everystep.engine.execute import run_pass
 from everystep.models import Runner, Step, Workflow
-from everystep.store import claim_due
+from everystep.store import claim_due, database
 from everystep.worker import Worker
 from tests.testapp import workflows as wf
 
@@ -70,6 +73,57 @@ def test_embedded_worker_runs_and_stops_cleanly(sigterm_handler):
     assert embedded.returned == [True]
     assert {r.status for r in Workflow.objects.filter(id__in=[r.id for r in runs])} == {"completed"}
     assert not Runner.objects.exists(), "a clean stop removes the heartbeat row"
+
+
+def events(caplog: pytest.LogCaptureFixture, name: str) -> list[object]:
+    return [r for r in caplog.records if getattr(r, "event", "") == name]
+
+
+@pytest.fixture
+def write_lock() -> Iterator[sqlite3.Connection]:
+    """A second connection to the SQLite file, to hold its one write lock."""
+    holder = sqlite3.connect(database.connection().settings_dict["NAME"], isolation_level=None)
+    yield holder
+    if holder.in_transaction:
+        holder.execute("COMMIT")
+    holder.close()
+
+
+@pytest.mark.backends("sqlite")
+def test_a_held_sqlite_write_lock_is_waited_out_not_taken_for_an_outage(write_lock, caplog):
+    """Another connection holding SQLite's write lock (a long transaction, an atomic step)
+    fails the loop's claims after a second each: the worker says so once, as the lock and
+    not as the database being down, keeps its connection and claims once the lock is free."""
+    caplog.set_level(logging.INFO, logger="everystep")
+    run = schedule(wf.sequential, 1, 2, delay=2)
+    with Embedded(pool_size=2, name="patient"):
+        write_lock.execute("BEGIN IMMEDIATE")
+        wait_for(lambda: events(caplog, "worker.write_lock_busy"), 30)
+        time.sleep(2.5)  # a few claims more, each failing on the lock
+        write_lock.execute("COMMIT")
+        wait_for(all_final)
+    run.refresh_from_db()
+    assert run.status == "completed"
+    assert len(events(caplog, "worker.write_lock_busy")) == 1
+    assert not events(caplog, "worker.database_unavailable")
+
+
+@pytest.mark.backends("sqlite")
+def test_stop_is_heard_while_another_connection_holds_the_sqlite_write_lock(write_lock):
+    """A claim waiting for SQLite's write lock held up stop() and SIGTERM (Python handles a
+    signal only once the statement returns) for the project's whole ``timeout``: 30 s in
+    these settings. The loop's statements now wait a second at most."""
+    schedule(wf.sequential, 1, 2, delay=2)
+    embedded = Embedded(pool_size=2, name="stoppable")
+    with embedded:
+        write_lock.execute("BEGIN IMMEDIATE")
+        time.sleep(3)  # the run is due: the loop's claim is waiting for the lock
+        began = time.monotonic()
+        embedded.worker.stop()
+        embedded.thread.join(30)
+        stopped_after = time.monotonic() - began
+    assert stopped_after < 10, f"stop() took {stopped_after:.1f}s with the write lock held"
+    assert embedded.returned == [True]
 
 
 def test_startup_catchup_resumes_every_parked_run():
