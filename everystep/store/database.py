@@ -11,6 +11,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -33,40 +34,44 @@ def set_rollback() -> None:
     transaction.set_rollback(True, using=conf.database())
 
 
-# The raw SQLite connection whose write-lock wait this thread last shortened.
+# The raw connection whose lock waits this thread last shortened.
 _shortened = threading.local()
 
 
-def keep_write_lock_waits_short(seconds: float) -> None:
-    """SQLite: this thread's connection waits at most ``seconds`` for the database's write
-    lock, for as long as the connection lasts (a new one starts with the project's
-    ``timeout``). For the worker's own threads: a step's transaction holds that lock (an
-    atomic step, for the whole step), and a claim waiting out a 30 s timeout keeps the
-    worker from handling SIGTERM, since Python runs signal handlers only once the waiting
-    statement returns. A wait given up fails the statement (``is_write_lock_busy``), and
-    the loop tries again. Nothing to do elsewhere: claims skip locked rows there."""
+def keep_lock_waits_short(seconds: int) -> None:
+    """This thread's connection waits at most ``seconds`` for a lock, for as long as the
+    connection lasts: SQLite's write lock (a new connection starts with the project's
+    ``timeout``) and MariaDB/MySQL's row locks (``innodb_lock_wait_timeout``, 50 s by
+    default). For the worker's own threads: a statement waiting for a lock held by a step's
+    transaction (an atomic step holds its run's row, on SQLite the whole database, for the
+    step) or by a frozen process kept the worker from handling SIGTERM, since Python runs
+    a signal handler only once the statement returns. A wait given up fails the statement
+    (``is_lock_busy``), and the loop tries again. Not on PostgreSQL: a session setting
+    would outlive the transaction on a pooled server connection."""
     conn = connection()
-    if conn.vendor != "sqlite":
+    if conn.vendor not in ("sqlite", "mysql"):
         return
     conn.ensure_connection()
     if getattr(_shortened, "raw", None) is conn.connection:
         return
     with conn.cursor() as cursor:
-        cursor.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+        _set_lock_wait(cursor, conn.vendor, seconds)
     # Kept referenced, so a later connection cannot reuse its identity.
     _shortened.raw = conn.connection
 
 
-def is_write_lock_busy(exc: BaseException) -> bool:
-    """Whether ``exc`` is SQLite's ``database is locked``: another connection held the
-    write lock for longer than this one would wait. Nothing was written."""
-    return isinstance(exc, OperationalError) and "database is locked" in str(exc)
+def is_lock_busy(exc: BaseException) -> bool:
+    """Whether ``exc`` says a lock stayed held for longer than the statement would wait:
+    SQLite's ``database is locked``, MariaDB/MySQL's error 1205. Nothing was written."""
+    if not isinstance(exc, OperationalError):
+        return False
+    return (exc.args[:1] == (1205,)) or "database is locked" in str(exc)
 
 
 @contextmanager
 def lock_waits_at_most(seconds: int) -> Iterator[None]:
     """Statements on everystep's connection inside the block wait at most ``seconds`` for
-    a row lock, then fail with a database error. For the worker's shutdown: a run whose
+    a lock, then fail with a database error. For the worker's shutdown: a run whose
     atomic step is still executing is locked by that step's transaction, and waiting for
     it would overrun the drain deadline by the rest of the step (PostgreSQL), by
     ``innodb_lock_wait_timeout``, 50 s by default (MariaDB), or by the connection's
@@ -77,21 +82,24 @@ def lock_waits_at_most(seconds: int) -> Iterator[None]:
         with atomic(), conn.cursor() as cursor:
             cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{seconds}s"])
             yield
-    elif conn.vendor == "mysql":
-        with conn.cursor() as cursor:
-            cursor.execute("SET SESSION innodb_lock_wait_timeout = %s", [seconds])
-        try:
-            yield
-        finally:
-            with contextlib.suppress(DatabaseError, InterfaceError), conn.cursor() as cursor:
-                cursor.execute("SET SESSION innodb_lock_wait_timeout = DEFAULT")
-    else:  # SQLite: the wait for the write lock, for this connection
-        with conn.cursor() as cursor:
-            cursor.execute("PRAGMA busy_timeout")
-            before = int(cursor.fetchone()[0])
-            cursor.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
-        try:
-            yield
-        finally:
-            with contextlib.suppress(DatabaseError, InterfaceError), conn.cursor() as cursor:
-                cursor.execute(f"PRAGMA busy_timeout = {before}")
+        return
+    with conn.cursor() as cursor:
+        cursor.execute(
+            "PRAGMA busy_timeout"
+            if conn.vendor == "sqlite"
+            else "SELECT @@SESSION.innodb_lock_wait_timeout"
+        )
+        before = int(cursor.fetchone()[0]) / (1000 if conn.vendor == "sqlite" else 1)
+        _set_lock_wait(cursor, conn.vendor, seconds)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(DatabaseError, InterfaceError), conn.cursor() as cursor:
+            _set_lock_wait(cursor, conn.vendor, before)
+
+
+def _set_lock_wait(cursor: Any, vendor: str, seconds: float) -> None:
+    if vendor == "sqlite":
+        cursor.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+    else:  # MariaDB / MySQL: whole seconds
+        cursor.execute("SET SESSION innodb_lock_wait_timeout = %s", [max(int(seconds), 1)])

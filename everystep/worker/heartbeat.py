@@ -20,9 +20,9 @@ from everystep.worker.state import WorkerState
 logger = logging.getLogger("everystep.worker")
 # Seconds a statement of the shutdown waits for a row lock before giving up.
 SHUTDOWN_LOCK_WAIT = 2
-# Seconds a statement of the loop or the heartbeat waits for SQLite's write lock
-# (``database.keep_write_lock_waits_short``): the longest SIGTERM can go unhandled.
-WRITE_LOCK_WAIT = 1
+# Seconds a statement of the loop or the heartbeat waits for a lock on SQLite and
+# MariaDB/MySQL (``database.keep_lock_waits_short``): how long SIGTERM can go unheard.
+LOCK_WAIT = 1
 
 
 class Heartbeat(threading.Thread):
@@ -84,8 +84,8 @@ class Heartbeat(threading.Thread):
 
     def _tick(self) -> None:
         try:
-            # A beat blocked on SQLite's write lock would hold up the shutdown's join.
-            database.keep_write_lock_waits_short(WRITE_LOCK_WAIT)
+            # A beat waiting for a lock would hold up the shutdown's join of this thread.
+            database.keep_lock_waits_short(LOCK_WAIT)
             self.beat()
             if self._failing:
                 self._failing, self.reconnected_at = False, time.monotonic()

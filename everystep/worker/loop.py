@@ -25,7 +25,7 @@ from everystep.store import database
 from everystep.values import Claim
 from everystep.worker import interrupts, shutdown
 from everystep.worker.connections import keep_connections
-from everystep.worker.heartbeat import WRITE_LOCK_WAIT, Heartbeat
+from everystep.worker.heartbeat import LOCK_WAIT, Heartbeat
 from everystep.worker.http import ProbeServer
 from everystep.worker.outage import Outage
 from everystep.worker.state import WorkerOptions, WorkerState
@@ -181,7 +181,7 @@ class Worker:
                 self.state.stop.wait(self._outage.backoff)
                 continue
             try:
-                database.keep_write_lock_waits_short(WRITE_LOCK_WAIT)
+                database.keep_lock_waits_short(LOCK_WAIT)
                 self._warn_if_name_is_live(beat)
                 beat.beat()
                 parked = store.reclaim_parked(self.options.name)
@@ -269,7 +269,7 @@ class Worker:
         held = {claim.run_id for claim in state.running.values()}
         held.update(claim.run_id for _, claim in state.backlog)
         try:
-            database.keep_write_lock_waits_short(WRITE_LOCK_WAIT)
+            database.keep_lock_waits_short(LOCK_WAIT)
             strays = store.reclaim_strays(self.options.name, held)
         except store.DATABASE_ERRORS as exc:
             self._outage.down(exc)
@@ -295,7 +295,7 @@ class Worker:
     def _claim(self, limit: int) -> list[Claim]:
         # An idle worker first asks when the next run is due (one cheap statement): it
         # claims only if one is due now, and otherwise knows how long it may wait.
-        database.keep_write_lock_waits_short(WRITE_LOCK_WAIT)
+        database.keep_lock_waits_short(LOCK_WAIT)
         if self._idle:
             self._next_due = store.next_due()
             if self._next_due is None or self._next_due > timezone.now():

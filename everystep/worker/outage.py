@@ -29,8 +29,8 @@ class Outage:
     def down(self, exc: BaseException | None) -> None:
         """An attempt failed with ``exc``: back off, say why (missing tables only once:
         they stay missing until someone runs migrate, which the worker then notices)."""
-        if exc is not None and database.is_write_lock_busy(exc):
-            self._write_lock_busy()
+        if exc is not None and database.is_lock_busy(exc):
+            self._lock_busy()
             return
         self.backoff = min(max(self.backoff * 2, self.poll, 0.2), MAX_BACKOFF)
         missing = missing_tables(exc) if exc is not None else None
@@ -56,16 +56,17 @@ class Outage:
         self._tables_missing = missing is not None
         connections.close_all()
 
-    def _write_lock_busy(self) -> None:
-        # SQLite's one write lock is held elsewhere (a long transaction, an atomic step).
-        # The database is there and the attempt already waited its while: try again after
-        # a poll, on the same connection, and say so once.
+    def _lock_busy(self) -> None:
+        # A lock is held elsewhere: a long transaction, an atomic step, a frozen process
+        # (SQLite's one write lock, or a row). The database is there and the attempt
+        # already waited its while: try again after a poll, on the same connection, and
+        # say so once.
         self.backoff = self.poll
         if not self._busy:
             logger.info(
-                "another connection holds SQLite's write lock (a long transaction or an "
-                "atomic step?); the worker keeps trying",
-                extra={"event": "worker.write_lock_busy", "runner": self.runner},
+                "another transaction holds a lock the worker needs (a long transaction, an "
+                "atomic step or a frozen process?); the worker keeps trying",
+                extra={"event": "worker.lock_busy", "runner": self.runner},
             )
         self._busy = True
 

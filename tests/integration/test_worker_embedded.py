@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connections
 from django.utils import timezone
 
 from everystep import schedule
@@ -98,32 +99,56 @@ def test_a_held_sqlite_write_lock_is_waited_out_not_taken_for_an_outage(write_lo
     run = schedule(wf.sequential, 1, 2, delay=2)
     with Embedded(pool_size=2, name="patient"):
         write_lock.execute("BEGIN IMMEDIATE")
-        wait_for(lambda: events(caplog, "worker.write_lock_busy"), 30)
+        wait_for(lambda: events(caplog, "worker.lock_busy"), 30)
         time.sleep(2.5)  # a few claims more, each failing on the lock
         write_lock.execute("COMMIT")
         wait_for(all_final)
     run.refresh_from_db()
     assert run.status == "completed"
-    assert len(events(caplog, "worker.write_lock_busy")) == 1
+    assert len(events(caplog, "worker.lock_busy")) == 1
     assert not events(caplog, "worker.database_unavailable")
 
 
-@pytest.mark.backends("sqlite")
-def test_stop_is_heard_while_another_connection_holds_the_sqlite_write_lock(write_lock):
-    """A claim waiting for SQLite's write lock held up stop() and SIGTERM (Python handles a
-    signal only once the statement returns) for the project's whole ``timeout``: 30 s in
-    these settings. The loop's statements now wait a second at most."""
-    schedule(wf.sequential, 1, 2, delay=2)
+@pytest.mark.backends("sqlite", "mariadb")
+def test_stop_is_heard_while_another_transaction_holds_a_lock_the_worker_needs():
+    """At start-up the worker takes back the runs parked under its name, and another
+    transaction holds one of their rows (on SQLite, the write lock). A statement waiting
+    for a lock kept stop() and SIGTERM unheard (Python handles a signal only once the
+    statement returns) for the project's SQLite ``timeout`` (30 s in these settings) or
+    MariaDB's ``innodb_lock_wait_timeout`` (50 s). The worker's statements now wait a
+    second at most and are tried again."""
+    run = schedule(wf.sequential, 1, 2)
+    parked = Workflow.objects.filter(id=run.id)
+    parked.update(status="running", claimed_by="stoppable", claim_token=uuid.uuid4())
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with database.atomic():
+                parked.update(updated_at=timezone.now())
+                locked.set()
+                release.wait(90)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
     embedded = Embedded(pool_size=2, name="stoppable")
-    with embedded:
-        write_lock.execute("BEGIN IMMEDIATE")
-        time.sleep(3)  # the run is due: the loop's claim is waiting for the lock
+    try:
+        assert locked.wait(10)
+        embedded.thread.start()
+        time.sleep(2)  # the worker's start-up is waiting for the row
         began = time.monotonic()
         embedded.worker.stop()
-        embedded.thread.join(30)
+        embedded.thread.join(40)
         stopped_after = time.monotonic() - began
-    assert stopped_after < 10, f"stop() took {stopped_after:.1f}s with the write lock held"
+    finally:
+        release.set()
+        holder.join(30)
+        embedded.thread.join(60)
+    assert stopped_after < 10, f"stop() took {stopped_after:.1f}s while the lock was held"
     assert embedded.returned == [True]
+    assert parked.get().claimed_by == "stoppable", "the run stays parked under its name"
 
 
 def test_startup_catchup_resumes_every_parked_run():
