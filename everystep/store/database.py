@@ -62,10 +62,15 @@ def keep_lock_waits_short(seconds: int) -> None:
 
 def is_lock_busy(exc: BaseException) -> bool:
     """Whether ``exc`` says a lock stayed held for longer than the statement would wait:
-    SQLite's ``database is locked``, MariaDB/MySQL's error 1205. Nothing was written."""
+    SQLite's ``database is locked``, MariaDB/MySQL's error 1205, PostgreSQL's
+    ``lock_timeout`` (SQLSTATE 55P03). Nothing was written."""
     if not isinstance(exc, OperationalError):
         return False
-    return (exc.args[:1] == (1205,)) or "database is locked" in str(exc)
+    return (
+        exc.args[:1] == (1205,)
+        or getattr(exc.__cause__, "sqlstate", None) == "55P03"
+        or "database is locked" in str(exc)
+    )
 
 
 @contextmanager

@@ -184,7 +184,10 @@ class Worker:
                 database.keep_lock_waits_short(LOCK_WAIT)
                 self._warn_if_name_is_live(beat)
                 beat.beat()
-                parked = store.reclaim_parked(self.options.name)
+                # A row locked elsewhere (a frozen process's transaction) must not hold
+                # up SIGTERM; on PostgreSQL too, for the rows this takes back.
+                with database.lock_waits_at_most(LOCK_WAIT):
+                    parked = store.reclaim_parked(self.options.name)
                 break
             except store.DATABASE_ERRORS as exc:
                 self._outage.down(exc)
@@ -270,7 +273,8 @@ class Worker:
         held.update(claim.run_id for _, claim in state.backlog)
         try:
             database.keep_lock_waits_short(LOCK_WAIT)
-            strays = store.reclaim_strays(self.options.name, held)
+            with database.lock_waits_at_most(LOCK_WAIT):
+                strays = store.reclaim_strays(self.options.name, held)
         except store.DATABASE_ERRORS as exc:
             self._outage.down(exc)
             return False

@@ -109,14 +109,13 @@ def test_a_held_sqlite_write_lock_is_waited_out_not_taken_for_an_outage(write_lo
     assert not events(caplog, "worker.database_unavailable")
 
 
-@pytest.mark.backends("sqlite", "mariadb")
 def test_stop_is_heard_while_another_transaction_holds_a_lock_the_worker_needs():
     """At start-up the worker takes back the runs parked under its name, and another
-    transaction holds one of their rows (on SQLite, the write lock). A statement waiting
-    for a lock kept stop() and SIGTERM unheard (Python handles a signal only once the
-    statement returns) for the project's SQLite ``timeout`` (30 s in these settings) or
-    MariaDB's ``innodb_lock_wait_timeout`` (50 s). The worker's statements now wait a
-    second at most and are tried again."""
+    transaction holds one of their rows (on SQLite, the write lock). The statement waiting
+    for that lock kept stop() and SIGTERM unheard (Python handles a signal only once the
+    statement returns) for the project's SQLite ``timeout`` (30 s in these settings),
+    MariaDB's ``innodb_lock_wait_timeout`` (50 s) or, on PostgreSQL, as long as the lock
+    was held. It now waits a second at most and is tried again."""
     run = schedule(wf.sequential, 1, 2)
     parked = Workflow.objects.filter(id=run.id)
     parked.update(status="running", claimed_by="stoppable", claim_token=uuid.uuid4())
