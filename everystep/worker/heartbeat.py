@@ -41,6 +41,7 @@ class Heartbeat(threading.Thread):
         self._failing = False
 
     def beat(self) -> None:
+        sent = time.monotonic()
         store.beat(
             self.options.name,
             self.boot_id,
@@ -49,6 +50,17 @@ class Heartbeat(threading.Thread):
             draining=self.worker.draining,
             started_at=self.worker.started_at,
         )
+        self.worker.beat_written = sent
+
+    def freshen(self) -> None:
+        """Beat now, from the calling thread, if the last beat written is older than twice
+        the interval: the process was paused (SIGSTOP, a frozen VM, starved of CPU) or the
+        thread is behind. The claim loop calls it before claiming: a claim made while this
+        runner's row looks dead is taken back by the next orphan sweep of another worker,
+        and the steps already running for it run a second time."""
+        written = self.worker.beat_written
+        if written is None or time.monotonic() - written > 2 * self.options.heartbeat:
+            self.beat()
 
     def recover_orphans(self) -> None:
         for run_id, workflow, dead in store.requeue_orphans(self.options.orphan_timeout):

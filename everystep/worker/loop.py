@@ -85,6 +85,7 @@ class Worker:
         self._free_since: float | None = None  # a slot free and waiting for company
         self._unsure = False  # a claim failed on the connection: it may have committed
         self._next_due: datetime | None = None  # when idle: the next run due, if known
+        self._beat: Heartbeat | None = None  # while run() runs
 
     # -- public -----------------------------------------------------------------------
 
@@ -117,7 +118,7 @@ class Worker:
         probe = self._probe_server()
         restore = interrupts.install(self.state, self.stop)
         executor = ThreadPoolExecutor(options.pool_size, thread_name_prefix="everystep-run")
-        beat = Heartbeat(state)
+        beat = self._beat = Heartbeat(state)
         listen_stop = threading.Event()
         listening = threading.Event()  # stays clear without NOTIFY
         listener: store.Listener | None = None
@@ -305,6 +306,8 @@ class Worker:
             if self._next_due is None or self._next_due > timezone.now():
                 return []
         self._next_due = None
+        if self._beat is not None:
+            self._beat.freshen()  # back from a pause, this runner's row looks dead
         return store.claim_due(self.options.name, limit)
 
     def _until_due(self, poll: float) -> float:

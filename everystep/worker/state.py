@@ -58,6 +58,7 @@ class WorkerState:
     started_at: datetime = field(default_factory=timezone.now)
     last_tick: float = field(default_factory=time.monotonic)  # the claim loop is ticking
     last_beat: float = field(default_factory=time.monotonic)  # the heartbeat thread is
+    beat_written: float | None = None  # when the last beat the database took was sent
     stop: threading.Event = field(default_factory=threading.Event)  # stop claiming, drain
     force: threading.Event = field(default_factory=threading.Event)  # stop the drain wait
     wake: threading.Event = field(default_factory=threading.Event)  # a run ended, a NOTIFY

@@ -9,6 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -148,6 +149,22 @@ def test_stop_is_heard_while_another_transaction_holds_a_lock_the_worker_needs()
     assert stopped_after < 10, f"stop() took {stopped_after:.1f}s while the lock was held"
     assert embedded.returned == [True]
     assert parked.get().claimed_by == "stoppable", "the run stays parked under its name"
+
+
+def test_a_worker_back_from_a_pause_beats_before_it_claims():
+    """A process paused past the orphan timeout (SIGSTOP, a frozen VM) comes back with its
+    heartbeat row stale. It claimed before its heartbeat thread beat again, so another
+    worker's orphan sweep took the new claims at once and their steps ran twice (found by
+    bench/chaos.py on PostgreSQL under load). It now beats first."""
+    with Embedded(pool_size=2, name="sleeper", heartbeat=60) as worker:
+        # The pause as the database and the process see it once it is over.
+        Runner.objects.filter(name="sleeper").update(last_seen=timezone.now() - timedelta(hours=1))
+        worker.state.beat_written = time.monotonic() - 3600
+        before = timezone.now()
+        run = schedule(wf.sequential, 1, 2)
+        wait_for(lambda: Workflow.objects.get(id=run.id).status == "completed")
+        # The heartbeat thread (every 60 s) has not beaten since: the loop did, first.
+        assert Runner.objects.get(name="sleeper").last_seen >= before
 
 
 def test_startup_catchup_resumes_every_parked_run():
