@@ -61,15 +61,20 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
 def add_worker_phase_arguments(parser: argparse.ArgumentParser) -> None:
     """How a phase that starts worker processes waits for a quiet machine and keeps the
     workers' logs: ``--wait-quiet``, ``--log-level``, ``--keep-logs``."""
+    add_wait_quiet_argument(parser, "phase")
+    parser.add_argument("--log-level", default="INFO", help="worker log level (INFO)")
+    parser.add_argument("--keep-logs", action="store_true", help="keep worker logs")
+
+
+def add_wait_quiet_argument(parser: argparse.ArgumentParser, before_each: str) -> None:
+    """``--wait-quiet``: seconds to wait before each ``before_each`` for a quiet machine."""
     parser.add_argument(
         "--wait-quiet",
         type=float,
         default=60,
-        help="before each phase, wait up to this many seconds for the rest of the machine "
-        "to use < 0.25 CPU (60; 0 = do not wait)",
+        help=f"before each {before_each}, wait up to this many seconds for the rest of the "
+        "machine to use < 0.25 CPU (60; 0 = do not wait)",
     )
-    parser.add_argument("--log-level", default="INFO", help="worker log level (INFO)")
-    parser.add_argument("--keep-logs", action="store_true", help="keep worker logs")
 
 
 def configure(db: str, source: Path, scratch: Path) -> None:

@@ -173,13 +173,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--enqueue-batch", type=int, default=1000, help="jobs per enqueue statement (1000)"
     )
-    parser.add_argument(
-        "--wait-quiet",
-        type=float,
-        default=60,
-        help="before each round, wait up to this many seconds for the rest of the machine "
-        "to use < 0.25 CPU (60; 0 = do not wait)",
-    )
+    add_wait_quiet_argument(parser, "round")
     parser.add_argument("--label", default="pgqueuer-emulated", help="(pgqueuer-emulated)")
     parser.add_argument("--json", action="store_true", help="append a line to --results")
     parser.add_argument("--results", type=Path, default=RESULTS, help=f"({RESULTS})")
@@ -337,8 +331,14 @@ def database_version(args: argparse.Namespace) -> str:
 # functions that need it, so this venv can import it)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import (  # noqa: E402
+    add_wait_quiet_argument,
+    machine_busy_seconds,
+    process_cpu_split,
+    process_rss_mb,
+    wait_quiet,
+)
 from harness import db_server_cpu_seconds as _db_server_cpu_seconds  # noqa: E402
-from harness import machine_busy_seconds, process_cpu_split, process_rss_mb, wait_quiet  # noqa: E402
 
 
 def db_server_cpu_seconds() -> float:
