@@ -126,7 +126,7 @@ class Heartbeat(threading.Thread):
         if self.is_alive():
             self.join(timeout=self.options.heartbeat + 5)
         try:
-            # Shutdown must not wait out a row lock (``shutdown.REQUEUE_LOCK_WAIT``).
+            # Shutdown must not wait out a row lock (``SHUTDOWN_LOCK_WAIT``).
             with database.lock_waits_at_most(SHUTDOWN_LOCK_WAIT):
                 store.forget_runner(self.options.name, self.boot_id)
         except store.DATABASE_ERRORS as exc:
