@@ -95,6 +95,10 @@ def lock_waits_at_most(seconds: int) -> Iterator[None]:
             else "SELECT @@SESSION.innodb_lock_wait_timeout"
         )
         before = int(cursor.fetchone()[0]) / (1000 if conn.vendor == "sqlite" else 1)
+    if before <= seconds:  # already as short: the worker's threads (keep_lock_waits_short)
+        yield
+        return
+    with conn.cursor() as cursor:
         _set_lock_wait(cursor, conn.vendor, seconds)
     try:
         yield
