@@ -60,10 +60,12 @@ def _on_step_recorded(sender: Any, **kwargs: Any) -> None:
 
 def _on_run_finished(sender: Any, **kwargs: Any) -> None:
     status = kwargs["status"]
-    extra = _fields(f"run.{status}", kwargs) | {"status": status}
     # A failed run is the application's business, not necessarily an operator's: log it
     # as a warning; a blocked run needs a human, so it is an error.
     level = {"failed": logging.WARNING, "blocked": logging.ERROR}.get(status, logging.INFO)
+    if not logger.isEnabledFor(level):  # once per run: skip building the record
+        return
+    extra = _fields(f"run.{status}", kwargs) | {"status": status}
     error = kwargs.get("error") or {}
     detail = f": {error.get('type')}: {error.get('message')}" if error else ""
     headline = f"run {kwargs['run_id']} ({kwargs['workflow']}) {status}{detail}"

@@ -80,28 +80,42 @@ def install() -> None:
     signals.run_woken.connect(_on_run_woken, dispatch_uid="everystep.metrics.woken")
 
 
+_children: dict[tuple[str, ...], Any] = {}
+
+
+def _child(metric: str, *labels: str) -> Any:
+    """``metric``'s child for ``labels``. prometheus-client's ``labels()`` checks and
+    locks on every call, several times per step of a busy worker; the children it
+    returns are kept for good (nothing here removes one), so they are kept here too."""
+    key = (metric, *labels)
+    child = _children.get(key)
+    if child is None:  # two threads may both ask: labels() gives both the same child
+        child = _children[key] = _installed[metric].labels(*labels)
+    return child
+
+
 def _on_run_finished(sender: Any, **kw: Any) -> None:
-    _installed["runs"].labels(kw["workflow"], kw["status"]).inc()
-    _installed["run_seconds"].labels(kw["workflow"], kw["status"]).observe(kw["duration"])
+    _child("runs", kw["workflow"], kw["status"]).inc()
+    _child("run_seconds", kw["workflow"], kw["status"]).observe(kw["duration"])
 
 
 def _on_step_recorded(sender: Any, **kw: Any) -> None:
     if kw["status"] == "started":  # the start of an unsafe step is not an execution
         return
-    _installed["steps"].labels(kw["workflow"], kw["step"], kw["status"]).inc()
-    _installed["step_seconds"].labels(kw["workflow"], kw["step"]).observe(kw["duration"])
+    _child("steps", kw["workflow"], kw["step"], kw["status"]).inc()
+    _child("step_seconds", kw["workflow"], kw["step"]).observe(kw["duration"])
 
 
 def _on_runs_claimed(sender: Any, **kw: Any) -> None:
-    _installed["claims"].labels(kw["runner"]).inc(kw["count"])
+    _child("claims", kw["runner"]).inc(kw["count"])
 
 
 def _on_run_requeued(sender: Any, **kw: Any) -> None:
-    _installed["requeued"].labels(kw["runner"]).inc()
+    _child("requeued", kw["runner"]).inc()
 
 
 def _on_run_woken(sender: Any, **kw: Any) -> None:
-    _installed["lateness"].labels(kw["workflow"]).observe(kw["lateness"])
+    _child("lateness", kw["workflow"]).observe(kw["lateness"])
 
 
 _QUEUE_GAUGES = (

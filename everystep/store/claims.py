@@ -35,9 +35,19 @@ from everystep.values import Claim
 _TAKE_COLUMNS = tuple(take_fields("", uuid.UUID(int=0), None))  # values: all parameters
 
 
-_RETURNING = f"""RETURNING {RUNS}.id, {RUNS}.name, {RUNS}.args,
-       EXISTS (SELECT 1 FROM {STEPS} s WHERE s.workflow_id = {RUNS}.id), {RUNS}.recoveries,
-       {RUNS}.due_at"""
+def _taken(run: str) -> str:
+    """What a claim reads of each run it takes (``_claim``'s arguments), ``run`` naming
+    the runs table. The due time only comes back for a run that has recorded steps: it
+    says how late a resumed wait woke (``engine.waits.woken``), and parsing it for every
+    fresh run cost 4 % of a busy worker's CPU."""
+    recorded = f"EXISTS (SELECT 1 FROM {STEPS} s WHERE s.workflow_id = {run}.id)"
+    return (
+        f"{run}.id, {run}.name, {run}.args, {recorded}, {run}.recoveries, "
+        f"CASE WHEN {recorded} THEN {run}.due_at END"
+    )
+
+
+_RETURNING = f"RETURNING {_taken(RUNS)}"
 # Due runs, in the order they became due: the (status, due_at, id) index walks them and
 # stops before the first run still sleeping or waiting.
 _DUE = f"{SCHEDULED} AND due_at <= %s ORDER BY due_at, id"
@@ -108,11 +118,7 @@ def _next_due_statement(db: Vendor) -> str:
 def _claim_locking(runner: str, token: uuid.UUID, limit: int) -> list[Claim]:
     db, conn = current()
     skip = " SKIP LOCKED" if conn.features.has_select_for_update_skip_locked else ""
-    select = (
-        f"SELECT w.id, w.name, w.args, EXISTS ("
-        f"SELECT 1 FROM {STEPS} s WHERE s.workflow_id = w.id), w.recoveries, w.due_at "
-        f"FROM {RUNS} w WHERE w.{_DUE} LIMIT %s FOR UPDATE{skip}"
-    )
+    select = f"SELECT {_taken('w')} FROM {RUNS} w WHERE w.{_DUE} LIMIT %s FOR UPDATE{skip}"
     now = timezone.now()
     with database.atomic(), conn.cursor() as cursor:
         cursor.execute(select, [db.param("due_at", now), limit])
