@@ -1,7 +1,7 @@
 """Client instructions per run, counted by valgrind: a hot-path figure that noise cannot move.
 
-On a shared 2-CPU machine the same tree measures 310-430 runs/s from one invocation of
-``compare.py`` to the next, and even CPU seconds per run vary by 30 %: a change worth 5 %
+On a shared 2-CPU machine the same tree measured 312-406 runs/s from one invocation of
+``compare.py`` to the next, and even its CPU seconds per run by up to 30 %: a change worth 5 %
 cannot be seen. The number of machine instructions the client executes per run does not
 vary (0.3 % between invocations): this script counts them with callgrind, for everystep's
 pass and for the raw-SQL limit's client (``raw_limit.py``) on the same database::
