@@ -214,11 +214,11 @@ class Build:
 class Monitor:
     """Polls the server every ``interval`` seconds: the index builds in progress
     (``pg_stat_progress_create_index``; MariaDB: the ALTER/CREATE INDEX statements of the
-    process list in their online phase) and the writers waiting for a lock (``pg_locks``;
-    MariaDB: a writer in a "Waiting for …lock" state), each wait noted with whether a
-    build on a table the writers write was in progress (the indexes of new, empty tables
-    are built inside their migration's transaction: a writer waiting then waits for that
-    transaction's brief lock, not for a build on its table)."""
+    process list while they work through the rows) and the writers waiting for a lock
+    (``pg_locks``; MariaDB: a writer in a "Waiting for …lock" state), each wait noted with
+    whether a build on a table the writers write was in progress (the indexes of new,
+    empty tables are built inside their migration's transaction: a writer waiting then
+    waits for that transaction's brief lock, not for a build on its table)."""
 
     vendor: str
     conn: Any
@@ -259,17 +259,20 @@ class Monitor:
                     " ON c.oid = p.index_relid WHERE p.datname = current_database()"
                 )
                 return [" ".join(row) for row in cursor.fetchall()]
-            # Only the "altering table" phase, where InnoDB's online DDL lets writes
-            # through. Before and after it the statement waits for, or holds, the
-            # table's exclusive metadata lock ("Waiting for table metadata lock",
-            # "After create", "Committing alter table…"): the moment writers wait, which
-            # the longest write bounds. An instant change (ALTER COLUMN … SET DEFAULT)
-            # is nothing but that moment; seen for 0.14 s behind a writer's transaction
-            # on a loaded machine, it was once taken for a build that blocked writes.
+            # Only the phases that work through the table's rows: "altering table"
+            # (InnoDB's in-place build, which lets writes through), "copy to tmp table"
+            # and "Enabling keys" (a copying ALTER, which blocks them: still a build, so
+            # a migration that fell back to copying fails the test). Before and after
+            # those the statement waits for, or holds, the table's exclusive metadata
+            # lock ("Waiting for table metadata lock", "After create", "Committing alter
+            # table…"): the moment writers wait, which the longest write bounds. An
+            # instant change (ALTER COLUMN … SET DEFAULT) is nothing but that moment;
+            # seen for 0.14 s behind a writer's transaction on a loaded machine, it was
+            # once taken for a build that blocked writes.
             cursor.execute(
                 "SELECT INFO FROM information_schema.PROCESSLIST WHERE DB = DATABASE()"
                 " AND (INFO LIKE 'CREATE INDEX%' OR INFO LIKE 'ALTER TABLE%')"
-                " AND STATE = 'altering table'"
+                " AND STATE IN ('altering table', 'copy to tmp table', 'Enabling keys')"
             )
             return [" ".join(str(row[0]).split()[:8]) for row in cursor.fetchall()]
 
