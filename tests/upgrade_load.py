@@ -267,8 +267,8 @@ class Monitor:
             # lock ("Waiting for table metadata lock", "After create", "Committing alter
             # table…"): the moment writers wait, which the longest write bounds. An
             # instant change (ALTER COLUMN … SET DEFAULT) is nothing but that moment;
-            # seen for 0.14 s behind a writer's transaction on a loaded machine, it was
-            # once taken for a build that blocked writes.
+            # seen for 0.14 s on a loaded machine (in CI), it was once taken for a build
+            # that blocked writes.
             cursor.execute(
                 "SELECT INFO FROM information_schema.PROCESSLIST WHERE DB = DATABASE()"
                 " AND (INFO LIKE 'CREATE INDEX%' OR INFO LIKE 'ALTER TABLE%')"
