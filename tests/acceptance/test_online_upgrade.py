@@ -132,8 +132,9 @@ def test_migrating_a_populated_database_never_blocks_the_fleets_writes(
     scratch: Scratch, workers: Any
 ):
     """While migrate builds each index, the old fleet's writes commit; none waits for a
-    lock during a build (PostgreSQL), none waits a second; the runs it scheduled are then
-    run by a worker of this release."""
+    lock during a build (PostgreSQL), none waits long (PostgreSQL: a second; MariaDB: its
+    metadata-lock moments, under 5 s); the runs it scheduled are then run by a worker of
+    this release."""
     _at_0004(scratch)
     conn = scratch.connect()
     populate(conn, scratch.vendor, RUNS)
@@ -168,8 +169,12 @@ def test_migrating_a_populated_database_never_blocks_the_fleets_writes(
         # No writer waits for a lock while an index is built on its table.
         assert [wait for wait in monitor.waits if wait[-1]] == []
     # MariaDB's online DDL takes an exclusive metadata lock for a moment at its start and
-    # end: writers wait that moment (the monitor sees them), never the build.
-    assert figures["longest_write_seconds"] < 1.0, figures
+    # end: writers wait that moment (the monitor sees them), never the build (a build that
+    # blocks writes fails above: the monitor sees a copying ALTER as a build). How long the
+    # moment lasts is the machine's more than the migration's: 0.05-0.3 s here on a quiet
+    # machine, 1.01 s in a loaded CI run (its monitor's 10 ms poll took 0.4 s a round).
+    longest = 1.0 if scratch.vendor == "postgresql" else 5.0
+    assert figures["longest_write_seconds"] < longest, figures
 
     pending = (
         "SELECT COUNT(*) FROM everystep_workflow"
