@@ -31,6 +31,11 @@ def remove_crash_point(point: CrashPoint) -> None:
         _crash_points.remove(point)
 
 
+def armed() -> bool:
+    """Whether a test installed any crash point."""
+    return bool(_crash_points)
+
+
 def simulated_crash(where: str, step_id: str, name: str) -> SimulatedCrash | None:
     """The crash an installed crash point asks for at ``where``, or None (always, and
     at the cost of one list check, when no test installed any)."""

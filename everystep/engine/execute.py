@@ -108,6 +108,7 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
         # Branch threads cannot see the rows of an enclosing, uncommitted transaction
         # (a test wrapped in one), so forks run inline there.
         threads_allowed=not database.connection().in_atomic_block,
+        holds_records=store.merges_records(),
     )
     signals.run_started.send(
         sender=RunState,
@@ -130,8 +131,23 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
         except EverystepError as exc:
             outcome = exc
         else:
-            return _finish(claim, name, began, Status.COMPLETED, result=result)
-    return _settle(claim, name, began, outcome)
+            return _finish(claim, name, began, Status.COMPLETED, result=result, state=state)
+    if isinstance(outcome, Suspended | DrainRequested | AlreadyRecorded):
+        outcome = _flushed(state, outcome)
+    return _settle(claim, name, began, outcome, state)
+
+
+def _flushed(state: RunState, outcome: RunInterrupted) -> RunInterrupted:
+    """``outcome`` once the record held back is written; or what refused the record
+    (the claim lost, the step recorded by another pass). A database that cannot be
+    reached ends the pass as ever: the run is still claimed, the pass runs again."""
+    try:
+        state.flush()
+    except StoreUnavailable:
+        raise
+    except RunInterrupted as exc:
+        return exc
+    return outcome
 
 
 def replay(
@@ -151,7 +167,9 @@ def replay(
     return value, state.aborted or outcome
 
 
-def _settle(claim: Claim, workflow: str, began: float, exc: BaseException) -> PassResult:
+def _settle(
+    claim: Claim, workflow: str, began: float, exc: BaseException, state: RunState | None = None
+) -> PassResult:
     if isinstance(exc, StoreUnavailable):
         raise exc
     if isinstance(exc, Suspended):
@@ -177,10 +195,10 @@ def _settle(claim: Claim, workflow: str, began: float, exc: BaseException) -> Pa
         reason = str(exc) or type(exc).__name__
         return _abandon(claim, workflow, reason, exc)
     if isinstance(exc, Terminal):
-        return _finish(claim, workflow, began, Status.STOPPED, exc=exc)
+        return _finish(claim, workflow, began, Status.STOPPED, exc=exc, state=state)
     if isinstance(exc, EffectUncertain):
-        return _finish(claim, workflow, began, Status.BLOCKED, exc=exc)
-    return _finish(claim, workflow, began, Status.FAILED, exc=exc)
+        return _finish(claim, workflow, began, Status.BLOCKED, exc=exc, state=state)
+    return _finish(claim, workflow, began, Status.FAILED, exc=exc, state=state)
 
 
 def encode_outcome_error(exc: BaseException) -> dict[str, Any]:
@@ -208,10 +226,23 @@ def _finish(
     *,
     result: Any = None,
     exc: BaseException | None = None,
+    state: RunState | None = None,
 ) -> PassResult:
+    """Write the run's outcome, with the pass's record held back if there is one
+    (``RunState.record``): both, or neither."""
     error = encode_outcome_error(exc) if exc is not None else None
-    if not store.finish_run(claim, status, result=result, error=error):
+    held = None if state is None else state.take_held()
+    try:
+        written = store.finish_run(
+            claim, status, result=result, error=error, step=None if held is None else held.values
+        )
+    except AlreadyRecorded as clash:  # another pass recorded the step: replay it
+        return _settle(claim, workflow, began, clash)
+    if not written:
         return _abandon(claim, workflow, f"claim lost before recording {status}")
+    if held is not None:
+        assert state is not None
+        state.announce(held.step, held.duration)
     signals.run_finished.send(
         sender=RunState,
         run_id=claim.run_id,

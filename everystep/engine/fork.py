@@ -74,6 +74,7 @@ def parallel(*branches: Branch, everystep_id: str | None = None) -> tuple[Any, .
         threads_allowed = True
     else:
         fork_id = frame.next_id(everystep_id)
+        frame.run.flush()  # branches never hold records back: see ``RunState.record``
         frames = [Frame(frame.run, Scope(f"{fork_id}.{i}.")) for i in range(len(plan))]
         threads_allowed = frame.run.threads_allowed
     results: list[Any] = [None] * len(plan)

@@ -19,9 +19,12 @@ from uuid import UUID
 from django.utils import timezone
 
 from everystep import signals, store
+from everystep.engine import crashes
 from everystep.engine.crashes import maybe_crash
 from everystep.errors import EverystepError, ReachedNewWork
+from everystep.models import StepStatus
 from everystep.serde import storable_text
+from everystep.store import database
 from everystep.values import Claim, RecordedStep
 
 MAX_STEP_ID_LENGTH = 300
@@ -78,6 +81,19 @@ def check_length(step_id: str) -> str:
     return step_id
 
 
+@dataclass(frozen=True)
+class Held:
+    """An outcome record held back (``RunState.record``): its columns, and what its
+    announcement says once it is written."""
+
+    values: dict[str, Any]
+    step: RecordedStep
+    duration: float
+
+
+_HOLDABLE = frozenset({StepStatus.DONE, StepStatus.FAILED})
+
+
 @dataclass
 class RunState:
     """Everything one pass over one run shares across its fork threads."""
@@ -97,6 +113,12 @@ class RunState:
     # Patch decisions taken on this pass: change id → True (new code) / False (old code).
     patches: dict[str, bool] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Where the run's outcome can carry a record in its own statement
+    # (``store.merges_records``), an outcome record of the body's own scope is held back
+    # until the pass writes anything else, forks, starts a step's body (``flush``) or
+    # ends: the pass's last record then costs no statement of its own.
+    holds_records: bool = False
+    held: Held | None = None
 
     @property
     def run_id(self) -> UUID:
@@ -157,9 +179,9 @@ class RunState:
         where a test's simulated crash may strike once the record is in (None after an
         unsafe step's ``started`` record: the step's own ``before_body`` follows it)."""
         self.writing(step_id)
+        self.flush()
         began = time.monotonic() if began is None else began
-        result = store.record_step(
-            self.claim,
+        values = store.step_values(
             step_id=step_id,
             name=name,
             args=[] if args is None else args,
@@ -168,13 +190,46 @@ class RunState:
             started_at=started_at or timezone.now(),
             result=result,
             error=error,
-            after_started=after_started,
-            child=child,
         )
-        recorded = self._announce(RecordedStep(step_id, name, status, result, error), began)
+        step = RecordedStep(step_id, name, status, result, error)
+        if (
+            self.holds_records
+            and status in _HOLDABLE
+            and not after_started
+            and child is None
+            # Not in a fork's branch (ids with a dot): branches run on threads of their
+            # own, and one waiting for another's record to be written while holding a
+            # row lock (an atomic step) would wait for ever.
+            and "." not in step_id
+            and not crashes.armed()  # a simulated crash must find the record written
+            # An atomic step's record commits with its body's writes, in its transaction.
+            and not database.connection().in_atomic_block
+        ):
+            self.remember(step)
+            self.held = Held(values, step, time.monotonic() - began)
+            return step
+        result = store.record_step(self.claim, values, after_started=after_started, child=child)
+        step = RecordedStep(step_id, name, status, result, error)
+        self.remember(step)
+        self.announce(step, time.monotonic() - began)
         if crash_point is not None:
             maybe_crash(step_id, name, crash_point)
-        return recorded
+        return step
+
+    def flush(self) -> None:
+        """Write the record held back, if any: called before every other write of the
+        pass, before a fork and before every step's body, so no step starts while an
+        earlier outcome is unwritten. Records are held only in the body's own scope,
+        which never runs beside a branch: one thread at a time calls this."""
+        held, self.held = self.held, None
+        if held is not None:
+            store.record_step(self.claim, held.values)
+            self.announce(held.step, held.duration)
+
+    def take_held(self) -> Held | None:
+        """The record held back, for the run's outcome to write; no longer held."""
+        held, self.held = self.held, None
+        return held
 
     def settle(
         self, step_id: str, name: str, status: str, *, result: Any = None, error: Any = None
@@ -182,13 +237,16 @@ class RunState:
         """Give a wait in progress (its ``started`` record) its outcome, fenced."""
         self.writing(step_id)
         began = time.monotonic()
+        self.flush()
         store.settle_started(self.claim, step_id, status=status, result=result, error=error)
-        return self._announce(RecordedStep(step_id, name, status, result, error), began)
-
-    def _announce(self, step: RecordedStep, began: float) -> RecordedStep:
-        """What follows every record of this pass: later calls in the pass see it, and
-        the ``step_recorded`` receivers (logs, metrics) hear of it."""
+        step = RecordedStep(step_id, name, status, result, error)
         self.remember(step)
+        self.announce(step, time.monotonic() - began)
+        return step
+
+    def announce(self, step: RecordedStep, duration: float) -> None:
+        """What follows every record once written: the ``step_recorded`` receivers
+        (logs, metrics) hear of it. (Later calls of the pass see it at once.)"""
         signals.step_recorded.send(
             sender=RunState,
             run_id=self.run_id,
@@ -197,9 +255,8 @@ class RunState:
             step_id=step.step_id,
             step=step.name,
             status=step.status,
-            duration=time.monotonic() - began,
+            duration=duration,
         )
-        return step
 
     def snapshot(self) -> dict[str, RecordedStep]:
         with self.lock:

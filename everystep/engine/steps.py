@@ -55,6 +55,7 @@ def _execute(
 ) -> Any:
     run = frame.run
     run.writing(step_id)
+    run.flush()  # no step starts while an earlier outcome is held back unwritten
     # The drain boundary: a step that is not recorded yet is not started while draining.
     if run.should_drain():
         raise DrainRequested(f"drain requested before step {step_id}")

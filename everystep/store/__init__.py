@@ -28,9 +28,11 @@ from everystep.store.fenced import (
     Child,
     fenced_transaction,
     finish_run,
+    merges_records,
     record_step,
     requeue_run,
     settle_started,
+    step_values,
     suspend_run,
 )
 from everystep.store.replay_check import CHECKED_STATUSES, read_only, unfinished_batch
@@ -107,6 +109,7 @@ __all__ = [
     "list_runs",
     "load_steps",
     "mark_awaited",
+    "merges_records",
     "next_due",
     "notify_due",
     "outcomes",
@@ -131,6 +134,7 @@ __all__ = [
     "settle_step",
     "shift_pending",
     "status_counts",
+    "step_values",
     "suspend_run",
     "sweep",
     "unapplied_migrations",

@@ -82,33 +82,16 @@ class Child:
 @guarded
 def record_step(
     claim: Claim,
+    values: dict[str, Any],
     *,
-    step_id: str,
-    name: str,
-    args: list[Any],
-    kwargs: dict[str, Any],
-    status: str,
-    started_at: Any,
-    result: Any = None,
-    error: dict[str, Any] | None = None,
     after_started: bool = False,
     child: Child | None = None,
 ) -> Any:
-    """Record a step's start (unsafe steps, pending waits) or its outcome, fenced by the
-    claim: one statement, in autocommit. With ``child``, the child run is inserted first
-    and the record commits with it (or neither does); the record's result names it.
-    Returns the result recorded."""
-    values = {
-        "step_id": step_id,
-        "name": name,
-        "args": args,
-        "kwargs": kwargs,
-        "status": status,
-        "result": result,
-        "error": error,
-        "started_at": started_at,
-        "finished_at": None if status == StepStatus.STARTED else timezone.now(),
-    }
+    """Record a step's start (unsafe steps, pending waits) or its outcome (``values``,
+    from ``step_values``), fenced by the claim: one statement, in autocommit. With
+    ``child``, the child run is inserted first and the record commits with it (or
+    neither does); the record's result names it. Returns the result recorded."""
+    step_id = values["step_id"]
     # A child's run and its start's record commit together: a transaction. Inside a
     # caller's transaction (a test wrapped in one) a failed statement would spoil it; a
     # savepoint keeps it usable. A worker's step record needs neither and pays nothing.
@@ -124,6 +107,31 @@ def record_step(
             raise refused(claim)  # leaves the transaction: the child is not created
     except IntegrityError as exc:
         raise AlreadyRecorded(f"step {step_id} of run {claim.run_id} is already recorded") from exc
+
+
+def step_values(
+    *,
+    step_id: str,
+    name: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    status: str,
+    started_at: Any,
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A step record's columns, finished now unless it only says the step started."""
+    return {
+        "step_id": step_id,
+        "name": name,
+        "args": args,
+        "kwargs": kwargs,
+        "status": status,
+        "result": result,
+        "error": error,
+        "started_at": started_at,
+        "finished_at": None if status == StepStatus.STARTED else timezone.now(),
+    }
 
 
 @guarded
@@ -239,17 +247,57 @@ def _finish_statement(db: Vendor) -> str:
     return f"{_finish_awaited_statement(db)} AND awaited = FALSE"
 
 
+def _finish_with_step_statement(db: Vendor) -> str:
+    # The outcome's UPDATE is the fence (its row lock, re-checked under concurrent
+    # writes); the step is inserted from what it returns, so both apply or neither.
+    outcome = ", ".join(f"{c} = {db.placeholder(c)}" for c in _FINISH_COLUMNS)
+    return (
+        f"WITH f AS (UPDATE {RUNS} SET {outcome} WHERE {fenced()} RETURNING id, awaited), "
+        f"s AS (INSERT INTO {STEPS} (workflow_id, {', '.join(_STEP_COLUMNS)}) "
+        f"SELECT f.id, {', '.join(db.placeholder(c) for c in _STEP_COLUMNS)} FROM f) "
+        "SELECT awaited FROM f"
+    )
+
+
+def merges_records() -> bool:
+    """Whether ``finish_run`` writes a step record with the outcome in one statement
+    (PostgreSQL, outside a caller's transaction): only then is a pass's last record
+    worth holding back for it (``RunState.record``)."""
+    db, conn = current()
+    return db.vendor == "postgresql" and not conn.in_atomic_block
+
+
 @guarded
 def finish_run(
-    claim: Claim, status: str, *, result: Any = None, error: dict[str, Any] | None = None
+    claim: Claim,
+    status: str,
+    *,
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+    step: dict[str, Any] | None = None,
 ) -> bool:
     """Give the run its outcome in one statement, and wake whoever awaits it; False if
-    this claim no longer holds it (nothing was written)."""
+    this claim no longer holds it (nothing was written). ``step``: a step record
+    (``step_values``) written with the outcome, in the same statement on PostgreSQL:
+    both or neither."""
     db, conn = current()
     fields = finish_fields(status, result, error, timezone.now())
     params = [db.param(column, value) for column, value in fields.items()]
     params += db.fence_params(claim)
-    cursor = db.execute(conn, db.statement("finish", _finish_statement), params)
+    if step is not None and db.vendor == "postgresql":
+        params += [db.param(column, step.get(column)) for column in _STEP_COLUMNS]
+        try:
+            cursor = db.execute(
+                conn, db.statement("finish_step", _finish_with_step_statement), params
+            )
+        except IntegrityError as exc:
+            raise AlreadyRecorded(
+                f"step {step['step_id']} of run {claim.run_id} is already recorded"
+            ) from exc
+    else:
+        if step is not None:
+            record_step(claim, step)
+        cursor = db.execute(conn, db.statement("finish", _finish_statement), params)
     if db.returning:
         rows = cursor.fetchall()
         if not rows:

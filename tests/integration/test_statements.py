@@ -20,6 +20,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 # MariaDB has no UPDATE … RETURNING: its claim is a locking SELECT, then the UPDATE.
 CLAIM_STATEMENTS = 2 if connection.vendor == "mysql" else 1
+# On PostgreSQL a pass's last record is written by the statement that gives the run its
+# outcome (one statement, both or neither): no statement of its own.
+LAST_RECORD_STATEMENTS = 0 if connection.vendor == "postgresql" else 1
 
 
 @contextmanager
@@ -38,7 +41,8 @@ def counted() -> Iterator[list[str]]:
 
 
 def inserts_into_step(statements: list[str]) -> list[str]:
-    return [sql for sql in statements if sql.startswith(f"INSERT INTO {Step._meta.db_table}")]
+    """The statements that insert a step record, alone or with the run's outcome."""
+    return [sql for sql in statements if f"INSERT INTO {Step._meta.db_table} " in sql]
 
 
 def test_a_claim_is_one_round_trip_and_carries_what_the_pass_needs():
@@ -57,13 +61,14 @@ def test_a_claim_is_one_round_trip_and_carries_what_the_pass_needs():
 
 
 def test_a_fresh_run_costs_one_statement_per_step_and_one_to_finish():
-    """A fresh 4-step run: 4 fenced inserts and 1 finish; no read of the run or its steps."""
+    """A fresh 4-step run: 4 fenced inserts and 1 finish, the last insert in the finish
+    on PostgreSQL; no read of the run or its steps."""
     run = schedule(wf.sequential, 2, 3)
     (held,) = store.claim_due("counter", 1)
     with counted() as statements:
         assert run_pass(held).status == "completed"
     assert len(inserts_into_step(statements)) == 4
-    assert len(statements) == 5, statements
+    assert len(statements) == 4 + LAST_RECORD_STATEMENTS, statements
     assert Step.objects.filter(workflow=run).count() == 4
 
 
@@ -81,7 +86,7 @@ def test_a_resumed_run_reads_its_steps_once():
         assert run_pass(again).status == "completed"
     # load steps (1) + pair and peek (2) + finish (1)
     assert len(inserts_into_step(statements)) == 2
-    assert len(statements) == 4, statements
+    assert len(statements) == 3 + LAST_RECORD_STATEMENTS, statements
 
 
 def test_an_unsafe_step_costs_its_start_and_its_outcome():
@@ -92,7 +97,7 @@ def test_an_unsafe_step_costs_its_start_and_its_outcome():
     with counted() as statements:
         assert run_pass(held).status == "completed"
     # echo, charge (start + settle), echo, finish
-    assert len(statements) == 5, statements
+    assert len(statements) == 4 + LAST_RECORD_STATEMENTS, statements
 
 
 def test_a_claim_takes_at_most_its_limit():
