@@ -7,7 +7,8 @@ Per run, on ``threads`` threads with one connection each (the pool of one worker
   MariaDB ``BEGIN; SELECT … FOR UPDATE SKIP LOCKED; UPDATE; COMMIT``;
   SQLite ``UPDATE … WHERE id IN (SELECT … LIMIT n) RETURNING``;
 - one ``INSERT`` into ``everystep_step`` per step, each committed on its own (autocommit);
-- one ``UPDATE`` to finish the run.
+- one ``UPDATE`` to finish the run; on PostgreSQL, as everystep does there, it carries
+  the last step's ``INSERT`` in the same statement (``WITH f AS (UPDATE …) INSERT …``).
 
 It writes the same rows as ``everystep_bench.workflows.bench_three`` (3 steps: add,
 double, inc) in the real ``everystep_workflow`` / ``everystep_step`` tables, with psycopg 3,
@@ -44,10 +45,13 @@ STEPS: tuple[tuple[str, Callable[..., int]], ...] = (
 )
 RUNNER = "raw-limit"
 
-INSERT_STEP = (
-    "INSERT INTO everystep_step (workflow_id, step_id, name, args, kwargs, status, result, "
-    "error, started_at, finished_at) VALUES ({p}, {p}, {p}, {j}, {j}, 'done', {j}, NULL, {p}, {p})"
+STEP_COLUMNS = (
+    "everystep_step (workflow_id, step_id, name, args, kwargs, status, result, error, "
+    "started_at, finished_at)"
 )
+# The values of a step row after its run's id.
+STEP_VALUES = "{p}, {p}, {j}, {j}, 'done', {j}, NULL, {p}, {p}"
+INSERT_STEP = f"INSERT INTO {STEP_COLUMNS} VALUES ({{p}}, {STEP_VALUES})"
 FINISH = (
     "UPDATE everystep_workflow SET status = 'completed', result = {j}, claim_token = NULL, "
     "updated_at = {p}, completed_at = {p} WHERE id = {p} AND claim_token = {p} "
@@ -106,7 +110,10 @@ class _Driver:
         params = (run_id, step_id, name, json.dumps(args), "{}", json.dumps(result), now, now)
         self.conn.execute(self.insert, params)
 
-    def finish(self, run_id: Any, token: Any, result: Any) -> None:
+    def finish(self, run_id: Any, token: Any, result: Any, last: tuple[str, str, Any]) -> None:
+        """Finish the run, and record its last step (``last``: id, name, arguments,
+        whose result is the run's)."""
+        self.record(run_id, *last, result)
         now = self.now()
         self.conn.execute(self.finish_sql, (json.dumps(result), now, now, run_id, token))
 
@@ -132,6 +139,17 @@ class _Postgres(_Driver):
         )
         due = f"{DUE.format(p=self.p)} FOR UPDATE SKIP LOCKED"
         self.claim_sql = TAKE.format(p=self.p) + f"WHERE id IN ({due}) RETURNING id, name, args"
+        values = STEP_VALUES.format(p=self.p, j=self.j)
+        self.finish_step_sql = (
+            f"WITH f AS ({self.finish_sql} RETURNING id) "
+            f"INSERT INTO {STEP_COLUMNS} SELECT f.id, {values} FROM f"
+        )
+
+    def finish(self, run_id: Any, token: Any, result: Any, last: tuple[str, str, Any]) -> None:
+        step_id, name, args = last
+        now, value = self.now(), json.dumps(result)
+        params = (value, now, now, run_id, token, step_id, name, json.dumps(args), "{}", value)
+        self.conn.execute(self.finish_step_sql, (*params, now, now))
 
     def claim(self, batch: int) -> list[tuple[Any, Any, Any]]:
         token, now = self.token(), self.now()
@@ -231,9 +249,11 @@ def _execute_run(driver: _Driver, run_id: Any, token: Any, args: Any) -> None:
     values = list(args)
     for number, (name, fn) in enumerate(STEPS, start=1):
         result = fn(*values)
-        driver.record(run_id, str(number), name, values, result)
-        values = [result]
-    driver.finish(run_id, token, values[0])
+        if number == len(STEPS):
+            driver.finish(run_id, token, result, (str(number), name, values))
+        else:
+            driver.record(run_id, str(number), name, values, result)
+            values = [result]
 
 
 def run_raw_limit(
