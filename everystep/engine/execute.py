@@ -99,6 +99,7 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
                 "this process (renamed or moved code, or a worker running the wrong project)"
             ),
         )
+    conn = database.connection()
     state = RunState(
         claim=claim,
         workflow_name=name,
@@ -107,8 +108,8 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
         should_drain=should_drain,
         # Branch threads cannot see the rows of an enclosing, uncommitted transaction
         # (a test wrapped in one), so forks run inline there.
-        threads_allowed=not database.connection().in_atomic_block,
-        holds_records=store.merges_records(),
+        threads_allowed=not conn.in_atomic_block,
+        holds_records=store.merges_records(conn),
     )
     signals.run_started.send(
         sender=RunState,

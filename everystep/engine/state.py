@@ -191,7 +191,6 @@ class RunState:
             result=result,
             error=error,
         )
-        step = RecordedStep(step_id, name, status, result, error)
         if (
             self.holds_records
             and status in _HOLDABLE
@@ -205,6 +204,7 @@ class RunState:
             # An atomic step's record commits with its body's writes, in its transaction.
             and not database.connection().in_atomic_block
         ):
+            step = RecordedStep(step_id, name, status, result, error)
             self.remember(step)
             self.held = Held(values, step, time.monotonic() - began)
             return step

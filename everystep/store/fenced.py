@@ -259,12 +259,11 @@ def _finish_with_step_statement(db: Vendor) -> str:
     )
 
 
-def merges_records() -> bool:
-    """Whether ``finish_run`` writes a step record with the outcome in one statement
-    (PostgreSQL, outside a caller's transaction): only then is a pass's last record
-    worth holding back for it (``RunState.record``)."""
-    db, conn = current()
-    return db.vendor == "postgresql" and not conn.in_atomic_block
+def merges_records(conn: Any) -> bool:
+    """Whether ``finish_run`` writes a step record with the outcome in one statement on
+    everystep's connection ``conn`` (PostgreSQL, outside a caller's transaction): only
+    then is a pass's last record worth holding back for it (``RunState.record``)."""
+    return bool(conn.vendor == "postgresql" and not conn.in_atomic_block)
 
 
 @guarded
