@@ -153,31 +153,8 @@ def test_a_drain_writes_the_held_record_before_the_run_is_requeued():
     assert executed == ["first", "second"]
 
 
-@pytest.mark.backends("postgres")
-def test_on_postgresql_the_last_record_costs_no_statement_of_its_own():
-    """Two steps: one statement for the first record, one for the outcome with the second."""
-    schedule(reads_back, 1)
-    (held,) = store.claim_due("held", 1)
-    statements: list[str] = []
-
-    def count(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        statements.append(sql)
-        return execute(sql, params, many, context)
-
-    connection.ensure_connection()
-    with connection.execute_wrapper(count):
-        assert run_pass(held).status == "completed"
-    recorded = [sql for sql in statements if "INSERT INTO everystep_step " in sql]
-    assert len(recorded) == 2
-    assert recorded[1].lstrip().startswith("WITH") and "UPDATE everystep_workflow" in recorded[1]
-
-
-@pytest.mark.backends("postgres")
-def test_an_atomic_steps_record_is_never_held_back_from_its_transaction():
-    """An atomic last step: its record is written inside its own transaction, before
-    the commit that carries its body's writes; the outcome follows on its own."""
-    schedule(atomic_at_the_end, 1)
-    (held,) = store.claim_due("held", 1)
+def statements_of_a_pass(held: Any) -> list[str]:
+    """Every statement a completed pass over ``held`` sent, blanks squeezed."""
     statements: list[str] = []
 
     def count(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
@@ -187,6 +164,27 @@ def test_an_atomic_steps_record_is_never_held_back_from_its_transaction():
     connection.ensure_connection()
     with connection.execute_wrapper(count):
         assert run_pass(held).status == "completed"
+    return statements
+
+
+@pytest.mark.backends("postgres")
+def test_on_postgresql_the_last_record_costs_no_statement_of_its_own():
+    """Two steps: one statement for the first record, one for the outcome with the second."""
+    schedule(reads_back, 1)
+    (held,) = store.claim_due("held", 1)
+    statements = statements_of_a_pass(held)
+    recorded = [sql for sql in statements if "INSERT INTO everystep_step " in sql]
+    assert len(recorded) == 2, statements
+    assert recorded[1].startswith("WITH") and "UPDATE everystep_workflow" in recorded[1]
+
+
+@pytest.mark.backends("postgres")
+def test_an_atomic_steps_record_is_never_held_back_from_its_transaction():
+    """An atomic last step: its record is its own INSERT, sent inside the step's
+    transaction with the body's writes, never carried by the run's outcome."""
+    schedule(atomic_at_the_end, 1)
+    (held,) = store.claim_due("held", 1)
+    statements = statements_of_a_pass(held)
     assert executed == ["first", "atomic"]
     plain = [sql for sql in statements if sql.startswith("INSERT INTO everystep_step ")]
     assert len(plain) == 2, statements
