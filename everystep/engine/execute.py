@@ -239,8 +239,6 @@ def _finish(
         )
     except AlreadyRecorded as clash:  # another pass recorded the step: replay it
         return _settle(claim, workflow, began, clash)
-    except ClaimLost as lost:  # the step's own statement refused (not on PostgreSQL)
-        return _abandon(claim, workflow, str(lost), lost)
     if not written:
         return _abandon(claim, workflow, f"claim lost before recording {status}")
     if held is not None:

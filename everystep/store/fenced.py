@@ -41,7 +41,7 @@ from everystep.models import (
 )
 from everystep.store import awaits, database
 from everystep.store.guard import guarded
-from everystep.store.sql import RUNS, STEPS, Vendor, current, fenced
+from everystep.store.sql import RUNS, STEPS, Vendor, current, fenced, vendor_of
 from everystep.store.wake import notify_due
 from everystep.values import Claim
 
@@ -180,6 +180,12 @@ def _insert_child_statement(db: Vendor) -> str:
     )
 
 
+def _step_params(db: Vendor, values: dict[str, Any]) -> list[Any]:
+    """A step record's values (``step_values``) as the driver takes them, in the order
+    of ``_STEP_COLUMNS``."""
+    return [db.param(column, values.get(column)) for column in _STEP_COLUMNS]
+
+
 def _insert_statement(db: Vendor) -> str:
     return (
         f"INSERT INTO {STEPS} (workflow_id, {', '.join(_STEP_COLUMNS)}) "
@@ -191,8 +197,7 @@ def _insert_statement(db: Vendor) -> str:
 def _insert(claim: Claim, values: dict[str, Any]) -> bool:
     db, conn = current()
     statement = db.statement("insert_step", _insert_statement)
-    params = [db.param(column, values.get(column)) for column in _STEP_COLUMNS]
-    cursor = db.execute(conn, statement, params + db.fence_params(claim))
+    cursor = db.execute(conn, statement, _step_params(db, values) + db.fence_params(claim))
     return bool(cursor.rowcount == 1)
 
 
@@ -263,7 +268,7 @@ def merges_records(conn: Any) -> bool:
     """Whether ``finish_run`` writes a step record with the outcome in one statement on
     everystep's connection ``conn`` (PostgreSQL, outside a caller's transaction): only
     then is a pass's last record worth holding back for it (``RunState.record``)."""
-    return bool(conn.vendor == "postgresql" and not conn.in_atomic_block)
+    return vendor_of(conn).carries_records and not conn.in_atomic_block
 
 
 @guarded
@@ -277,26 +282,23 @@ def finish_run(
 ) -> bool:
     """Give the run its outcome in one statement, and wake whoever awaits it; False if
     this claim no longer holds it (nothing was written). ``step``: a step record
-    (``step_values``) written with the outcome, in the same statement on PostgreSQL:
-    both or neither."""
+    (``step_values``) written with the outcome, in the same statement (only where
+    ``merges_records``): both or neither."""
     db, conn = current()
     fields = finish_fields(status, result, error, timezone.now())
     params = [db.param(column, value) for column, value in fields.items()]
     params += db.fence_params(claim)
-    if step is not None and db.vendor == "postgresql":
-        params += [db.param(column, step.get(column)) for column in _STEP_COLUMNS]
+    if step is None:
+        cursor = db.execute(conn, db.statement("finish", _finish_statement), params)
+    else:
+        assert db.carries_records, "a step record is carried only where merges_records"
+        statement = db.statement("finish_step", _finish_with_step_statement)
         try:
-            cursor = db.execute(
-                conn, db.statement("finish_step", _finish_with_step_statement), params
-            )
+            cursor = db.execute(conn, statement, params + _step_params(db, step))
         except IntegrityError as exc:
             raise AlreadyRecorded(
                 f"step {step['step_id']} of run {claim.run_id} is already recorded"
             ) from exc
-    else:
-        if step is not None:
-            record_step(claim, step)
-        cursor = db.execute(conn, db.statement("finish", _finish_statement), params)
     if db.returning:
         rows = cursor.fetchall()
         if not rows:

@@ -75,6 +75,9 @@ class Vendor:
         self.share = {"postgresql": "FOR SHARE", "mysql": "LOCK IN SHARE MODE"}.get(vendor, "")
         # UPDATE … RETURNING: PostgreSQL and SQLite; not MariaDB or MySQL.
         self.returning = vendor in ("postgresql", "sqlite")
+        # A data-modifying CTE: the run's outcome can carry a step record in its own
+        # statement (``fenced.finish_run``). PostgreSQL only.
+        self.carries_records = vendor == "postgresql"
         self._statements: dict[str, Statement] = {}
 
     def statement(self, key: str, build: Callable[[Vendor], str]) -> Statement:
@@ -190,7 +193,12 @@ def current() -> tuple[Vendor, Any]:
     connection. Looked up once per call: every ``connection.x`` goes through a
     thread-local proxy, which adds up on a path taken once per step."""
     conn = database.connection()
+    return vendor_of(conn), conn
+
+
+def vendor_of(conn: Any) -> Vendor:
+    """The ``Vendor`` of the connection ``conn``."""
     db = _vendors.get(conn.vendor)
     if db is None:
         db = _vendors[conn.vendor] = Vendor(conn)
-    return db, conn
+    return db
