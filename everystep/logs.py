@@ -28,7 +28,7 @@ def _fields(event: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _on_run_started(sender: Any, **kwargs: Any) -> None:
+def _on_run_started(kwargs: dict[str, Any]) -> None:
     if not logger.isEnabledFor(logging.DEBUG):  # once per pass: skip building the record
         return
     logger.debug(
@@ -40,7 +40,7 @@ def _on_run_started(sender: Any, **kwargs: Any) -> None:
     )
 
 
-def _on_step_recorded(sender: Any, **kwargs: Any) -> None:
+def _on_step_recorded(kwargs: dict[str, Any]) -> None:
     if not logger.isEnabledFor(logging.DEBUG):  # once per step: skip building the record
         return
     extra = _fields("step.recorded", kwargs) | {
@@ -58,7 +58,7 @@ def _on_step_recorded(sender: Any, **kwargs: Any) -> None:
     )
 
 
-def _on_run_finished(sender: Any, **kwargs: Any) -> None:
+def _on_run_finished(kwargs: dict[str, Any]) -> None:
     status = kwargs["status"]
     # A failed run is the application's business, not necessarily an operator's: log it
     # as a warning; a blocked run needs a human, so it is an error.
@@ -93,7 +93,7 @@ def continuation(text: str) -> str:
     return "\n".join(CONTINUATION + escape_controls(line) for line in text.splitlines())
 
 
-def _on_run_requeued(sender: Any, **kwargs: Any) -> None:
+def _on_run_requeued(kwargs: dict[str, Any]) -> None:
     dead = kwargs.get("dead_runner")
     if dead is not None:
         # Another runner went silent holding this run: worth an operator's look.
@@ -111,7 +111,7 @@ def _on_run_requeued(sender: Any, **kwargs: Any) -> None:
     )
 
 
-def _on_run_suspended(sender: Any, **kwargs: Any) -> None:
+def _on_run_suspended(kwargs: dict[str, Any]) -> None:
     due, events = kwargs["due"], sorted(kwargs["events"])
     until = f"until {due.isoformat()}" if due is not None else ""
     awaited = f"for event {', '.join(events)}" if events else ""
@@ -124,7 +124,7 @@ def _on_run_suspended(sender: Any, **kwargs: Any) -> None:
     )
 
 
-def _on_run_abandoned(sender: Any, **kwargs: Any) -> None:
+def _on_run_abandoned(kwargs: dict[str, Any]) -> None:
     logger.warning(
         "run %s (%s) abandoned by this pass: %s",
         kwargs["run_id"],
@@ -134,12 +134,12 @@ def _on_run_abandoned(sender: Any, **kwargs: Any) -> None:
     )
 
 
-signals.run_started.connect(_on_run_started, dispatch_uid="everystep.logs.run_started")
-signals.step_recorded.connect(_on_step_recorded, dispatch_uid="everystep.logs.step_recorded")
-signals.run_finished.connect(_on_run_finished, dispatch_uid="everystep.logs.run_finished")
-signals.run_requeued.connect(_on_run_requeued, dispatch_uid="everystep.logs.run_requeued")
-signals.run_abandoned.connect(_on_run_abandoned, dispatch_uid="everystep.logs.run_abandoned")
-signals.run_suspended.connect(_on_run_suspended, dispatch_uid="everystep.logs.run_suspended")
+signals.run_started.subscribe(_on_run_started)
+signals.step_recorded.subscribe(_on_step_recorded)
+signals.run_finished.subscribe(_on_run_finished)
+signals.run_requeued.subscribe(_on_run_requeued)
+signals.run_abandoned.subscribe(_on_run_abandoned)
+signals.run_suspended.subscribe(_on_run_suspended)
 
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}

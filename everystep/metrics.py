@@ -73,11 +73,11 @@ def install() -> None:
             ),
         )
         pc.REGISTRY.register(QueueCollector())
-    signals.run_finished.connect(_on_run_finished, dispatch_uid="everystep.metrics.finished")
-    signals.step_recorded.connect(_on_step_recorded, dispatch_uid="everystep.metrics.step")
-    signals.runs_claimed.connect(_on_runs_claimed, dispatch_uid="everystep.metrics.claimed")
-    signals.run_requeued.connect(_on_run_requeued, dispatch_uid="everystep.metrics.requeued")
-    signals.run_woken.connect(_on_run_woken, dispatch_uid="everystep.metrics.woken")
+    signals.run_finished.subscribe(_on_run_finished)
+    signals.step_recorded.subscribe(_on_step_recorded)
+    signals.runs_claimed.subscribe(_on_runs_claimed)
+    signals.run_requeued.subscribe(_on_run_requeued)
+    signals.run_woken.subscribe(_on_run_woken)
 
 
 _children: dict[tuple[str, ...], Any] = {}
@@ -94,27 +94,27 @@ def _child(metric: str, *labels: str) -> Any:
     return child
 
 
-def _on_run_finished(sender: Any, **kw: Any) -> None:
+def _on_run_finished(kw: dict[str, Any]) -> None:
     _child("runs", kw["workflow"], kw["status"]).inc()
     _child("run_seconds", kw["workflow"], kw["status"]).observe(kw["duration"])
 
 
-def _on_step_recorded(sender: Any, **kw: Any) -> None:
+def _on_step_recorded(kw: dict[str, Any]) -> None:
     if kw["status"] == "started":  # the start of an unsafe step is not an execution
         return
     _child("steps", kw["workflow"], kw["step"], kw["status"]).inc()
     _child("step_seconds", kw["workflow"], kw["step"]).observe(kw["duration"])
 
 
-def _on_runs_claimed(sender: Any, **kw: Any) -> None:
+def _on_runs_claimed(kw: dict[str, Any]) -> None:
     _child("claims", kw["runner"]).inc(kw["count"])
 
 
-def _on_run_requeued(sender: Any, **kw: Any) -> None:
+def _on_run_requeued(kw: dict[str, Any]) -> None:
     _child("requeued", kw["runner"]).inc()
 
 
-def _on_run_woken(sender: Any, **kw: Any) -> None:
+def _on_run_woken(kw: dict[str, Any]) -> None:
     _child("lateness", kw["workflow"]).observe(kw["lateness"])
 
 

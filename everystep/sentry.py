@@ -23,7 +23,7 @@ def capture(exc: BaseException, **context: Any) -> None:
         sentry_sdk.capture_exception(exc)
 
 
-def _on_run_finished(sender: Any, **kw: Any) -> None:
+def _on_run_finished(kw: dict[str, Any]) -> None:
     # Only failures are reported: a stop (Terminal) is a decision, a blocked run waits
     # for a human, and a drain requeue is not an outcome at all.
     if kw["status"] == "failed" and kw.get("exc") is not None:
@@ -32,4 +32,4 @@ def _on_run_finished(sender: Any, **kw: Any) -> None:
 
 def install() -> None:
     """Subscribe to run outcomes (idempotent)."""
-    signals.run_finished.connect(_on_run_finished, dispatch_uid="everystep.sentry.finished")
+    signals.run_finished.subscribe(_on_run_finished)

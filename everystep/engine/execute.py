@@ -111,7 +111,7 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
         threads_allowed=not conn.in_atomic_block,
         holds_records=store.merges_records(conn),
     )
-    signals.run_started.send(
+    signals.run_started.emit(
         sender=RunState,
         run_id=claim.run_id,
         workflow=name,
@@ -175,7 +175,7 @@ def _settle(
         raise exc
     if isinstance(exc, Suspended):
         if store.suspend_run(claim, exc.due, exc.events, exc.runs):
-            signals.run_suspended.send(
+            signals.run_suspended.emit(
                 sender=RunState,
                 run_id=claim.run_id,
                 workflow=workflow,
@@ -244,7 +244,7 @@ def _finish(
     if held is not None:
         assert state is not None
         state.announce(held.step, held.duration)
-    signals.run_finished.send(
+    signals.run_finished.emit(
         sender=RunState,
         run_id=claim.run_id,
         workflow=workflow,
@@ -267,7 +267,7 @@ def fail(claim: Claim, workflow: str, exc: BaseException) -> PassResult:
 def report_requeued(run_id: Any, workflow: str, runner: str, reason: str, **extra: Any) -> None:
     """Announce a run put back to ``scheduled`` (drain, orphan recovery), so logs and
     metrics see every requeue the same way. ``extra``: e.g. ``dead_runner``."""
-    signals.run_requeued.send(
+    signals.run_requeued.emit(
         sender=RunState, run_id=run_id, workflow=workflow, runner=runner, reason=reason, **extra
     )
 
@@ -275,7 +275,7 @@ def report_requeued(run_id: Any, workflow: str, runner: str, reason: str, **extr
 def _abandon(
     claim: Claim, workflow: str, reason: str, exc: BaseException | None = None
 ) -> PassResult:
-    signals.run_abandoned.send(
+    signals.run_abandoned.emit(
         sender=RunState, run_id=claim.run_id, workflow=workflow, runner=claim.runner, reason=reason
     )
     return PassResult("abandoned", exc or ClaimLost(reason))

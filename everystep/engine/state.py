@@ -247,7 +247,7 @@ class RunState:
     def announce(self, step: RecordedStep, duration: float) -> None:
         """What follows every record once written: the ``step_recorded`` receivers
         (logs, metrics) hear of it. (Later calls of the pass see it at once.)"""
-        signals.step_recorded.send(
+        signals.step_recorded.emit(
             sender=RunState,
             run_id=self.run_id,
             workflow=self.workflow_name,

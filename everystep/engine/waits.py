@@ -154,7 +154,7 @@ def woken(run: RunState, step_id: str, now: datetime, wake: datetime | None = No
     due = run.claim.due_at
     if run.checking or due is None or (wake is not None and due != wake):
         return
-    signals.run_woken.send(
+    signals.run_woken.emit(
         sender=RunState,
         run_id=run.run_id,
         workflow=run.workflow_name,

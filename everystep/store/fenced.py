@@ -183,7 +183,7 @@ def _insert_child_statement(db: Vendor) -> str:
 def _step_params(db: Vendor, values: dict[str, Any]) -> list[Any]:
     """A step record's values (``step_values``) as the driver takes them, in the order
     of ``_STEP_COLUMNS``."""
-    return [db.param(column, values.get(column)) for column in _STEP_COLUMNS]
+    return db.params(_STEP_COLUMNS, values)
 
 
 def _insert_statement(db: Vendor) -> str:
@@ -214,7 +214,7 @@ def _settle(claim: Claim, step_id: str, values: dict[str, Any]) -> bool:
     the run; False if nothing was updated."""
     db, conn = current()
     statement = db.statement("settle_step", _settle_statement)
-    params = [db.param(c, values.get(c)) for c in _SETTLED]
+    params = db.params(_SETTLED, values)
     params += [db.param("id", claim.run_id), step_id, *db.fence_params(claim)]
     cursor = db.execute(conn, statement, params)
     return bool(cursor.rowcount == 1)
@@ -286,8 +286,7 @@ def finish_run(
     ``merges_records``): both or neither."""
     db, conn = current()
     fields = finish_fields(status, result, error, timezone.now())
-    params = [db.param(column, value) for column, value in fields.items()]
-    params += db.fence_params(claim)
+    params = db.params(_FINISH_COLUMNS, fields) + db.fence_params(claim)
     if step is None:
         cursor = db.execute(conn, db.statement("finish", _finish_statement), params)
     else:

@@ -239,7 +239,7 @@ class Worker:
                 self._idle = not claimed
                 self._backlogged = len(claimed) == capacity - len(batch)
                 if claimed:
-                    signals.runs_claimed.send(
+                    signals.runs_claimed.emit(
                         sender=Worker, runner=self.options.name, count=len(claimed)
                     )
                 batch += claimed
@@ -295,7 +295,7 @@ class Worker:
         """Runs taken back outside a claim (catchup, strays): into the backlog, to start
         as the pool has room, and counted as claimed like any other."""
         self.state.backlog.extend((0.0, held) for held in taken)
-        signals.runs_claimed.send(sender=Worker, runner=self.options.name, count=len(taken))
+        signals.runs_claimed.emit(sender=Worker, runner=self.options.name, count=len(taken))
 
     def _claim(self, limit: int) -> list[Claim]:
         # An idle worker first asks when the next run is due (one cheap statement): it

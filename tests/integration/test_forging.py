@@ -36,7 +36,7 @@ def _text_lines(record: logging.LogRecord) -> list[str]:
 
 def _finished_record(caplog: pytest.LogCaptureFixture, **kwargs: object) -> logging.LogRecord:
     with caplog.at_level(logging.INFO, logger="everystep.run"):
-        signals.run_finished.send(sender=Workflow, duration=0.0, exc=None, **kwargs)
+        signals.run_finished.emit(sender=Workflow, duration=0.0, exc=None, **kwargs)
     (record,) = [r for r in caplog.records if getattr(r, "event", "").startswith("run.")]
     return record
 
