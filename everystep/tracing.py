@@ -17,12 +17,20 @@ except ImportError:  # the optional extra is not installed
     trace = None  # type: ignore[assignment]
 
 
+def enabled() -> bool:
+    """Whether spans are made: a tracer provider is configured. Looked up per call, so a
+    provider configured after import is still used (a pass asks once, at its start,
+    for itself and its steps: ``RunState.traced``)."""
+    # The proxy is what the API returns while none is configured.
+    return trace is not None and not isinstance(
+        trace.get_tracer_provider(), trace.ProxyTracerProvider
+    )
+
+
 def span(name: str, **attributes: Any) -> contextlib.AbstractContextManager[Any]:
     """A span named ``name`` around the block, with ``everystep.*`` attributes."""
     if trace is None:
         return contextlib.nullcontext()
-    # Looked up per call: a tracer provider configured after import is still used. The
-    # proxy is what the API returns while none is configured.
     provider = trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider):
         return contextlib.nullcontext()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -110,6 +111,7 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
         # (a test wrapped in one), so forks run inline there.
         threads_allowed=not conn.in_atomic_block,
         holds_records=store.merges_records(conn),
+        traced=tracing.enabled(),
     )
     signals.run_started.emit(
         sender=RunState,
@@ -119,8 +121,10 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
         replayed_steps=len(state.records),
     )
     began = time.monotonic()
-    with tracing.span(
-        "everystep.workflow", run_id=claim.run_id, workflow=name, runner=claim.runner
+    with (
+        tracing.span("everystep.workflow", run_id=claim.run_id, workflow=name, runner=claim.runner)
+        if state.traced
+        else nullcontext()
     ):
         value, outcome = replay(state, defn, claim.args)
     if not isinstance(outcome, RunInterrupted):

@@ -91,10 +91,9 @@ def parallel(*branches: Branch, everystep_id: str | None = None) -> tuple[Any, .
         except BaseException as exc:  # every branch runs to completion; sorted out below
             errors[index] = exc
 
-    if fork_id is None:
+    if fork_id is None or frame is None or not frame.run.traced:
         _run_all(len(plan), run_branch, threads_allowed)
     else:
-        assert frame is not None
         with tracing.span(
             "everystep.fork", run_id=frame.run.run_id, fork_id=fork_id, branches=len(plan)
         ):

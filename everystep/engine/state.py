@@ -119,6 +119,9 @@ class RunState:
     # ends: the pass's last record then costs no statement of its own.
     holds_records: bool = False
     held: Held | None = None
+    # Spans are made for this pass and its steps and forks (``tracing.enabled()``, asked
+    # once per pass rather than once per step).
+    traced: bool = False
 
     @property
     def run_id(self) -> UUID:

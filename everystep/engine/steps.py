@@ -96,7 +96,9 @@ def _run_and_record(
     token = current_frame.set(Frame(run, frame.scope, step_id))
     try:
         with (
-            tracing.span("everystep.step", run_id=run.run_id, step_id=step_id, step=defn.name),
+            tracing.span("everystep.step", run_id=run.run_id, step_id=step_id, step=defn.name)
+            if run.traced
+            else nullcontext(),
             atomic_body(run, step_id, defn.name) if defn.atomic else nullcontext(),
         ):
             value = defn.fn(*args, **kwargs)
