@@ -1,7 +1,8 @@
 """Prometheus metrics: the one module that owns them.
 
-Counters and histograms are fed by the lifecycle signals; the queue gauges are computed
-on every scrape (a custom collector), so they are fresh no matter who scrapes. A worker's
+Counters and histograms are fed by the lifecycle signals and kept per thread
+(``everystep.tallies``), summed at every scrape; the queue gauges are computed on every
+scrape too (custom collectors), so they are fresh no matter who scrapes. A worker's
 own gauges are its collector's (``everystep.worker.collector``). Optional: without
 prometheus-client installed, ``available()`` is False and nothing here is registered.
 """
@@ -17,18 +18,53 @@ from django.db import DatabaseError, connections
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 
 from everystep import signals
+from everystep.tallies import Tallies
 
 logger = logging.getLogger("everystep.metrics")
 
 try:
     import prometheus_client
-    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
     from prometheus_client.registry import Collector
+    from prometheus_client.utils import floatToGoString
 except ImportError:  # pragma: no cover - exercised by the "metrics off" path
     prometheus_client = None  # type: ignore[assignment]
 
 _lock = threading.Lock()
-_installed: dict[str, Any] = {}
+_installed: list[Tallies] = []  # the one Tallies, once install() has run
+
+# The counters and histograms: key → (name, help, label names). Counters are exposed with
+# the ``_total`` suffix, histograms with ``_bucket``, ``_count`` and ``_sum``.
+_COUNTERS = {
+    "runs": ("everystep_workflow_runs", "Runs that reached an outcome.", ("workflow", "status")),
+    "steps": (
+        "everystep_step_runs",
+        "Steps executed and recorded.",
+        ("workflow", "step", "status"),
+    ),
+    "claims": ("everystep_worker_claims", "Runs claimed by a worker.", ("runner",)),
+    "requeued": ("everystep_worker_requeued", "Runs a worker requeued.", ("runner",)),
+}
+_HISTOGRAMS = {
+    "run_seconds": (
+        "everystep_workflow_duration_seconds",
+        "Duration of the pass that reached the outcome.",
+        ("workflow", "status"),
+    ),
+    "step_seconds": (
+        "everystep_step_duration_seconds",
+        "Duration of executed steps.",
+        ("workflow", "step"),
+    ),
+    "lateness": (
+        "everystep_wake_lateness_seconds",
+        "How late a sleeping or waiting run resumed: actual minus intended wake time.",
+        ("workflow",),
+    ),
+}
+# prometheus-client's default buckets (without +Inf), and the lateness histogram's own.
+_DURATION_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
+_LATENESS_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
 def available() -> bool:
@@ -43,36 +79,11 @@ def install() -> None:
     with _lock:
         if _installed:
             return
-        pc = prometheus_client
-        _installed.update(
-            runs=pc.Counter(
-                "everystep_workflow_runs", "Runs that reached an outcome.", ["workflow", "status"]
-            ),
-            run_seconds=pc.Histogram(
-                "everystep_workflow_duration_seconds",
-                "Duration of the pass that reached the outcome.",
-                ["workflow", "status"],
-            ),
-            steps=pc.Counter(
-                "everystep_step_runs",
-                "Steps executed and recorded.",
-                ["workflow", "step", "status"],
-            ),
-            step_seconds=pc.Histogram(
-                "everystep_step_duration_seconds",
-                "Duration of executed steps.",
-                ["workflow", "step"],
-            ),
-            claims=pc.Counter("everystep_worker_claims", "Runs claimed by a worker.", ["runner"]),
-            requeued=pc.Counter("everystep_worker_requeued", "Runs a worker requeued.", ["runner"]),
-            lateness=pc.Histogram(
-                "everystep_wake_lateness_seconds",
-                "How late a sleeping or waiting run resumed: actual minus intended wake time.",
-                ["workflow"],
-                buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
-            ),
-        )
-        pc.REGISTRY.register(QueueCollector())
+        bounds = {"run_seconds": _DURATION_BOUNDS, "step_seconds": _DURATION_BOUNDS}
+        tallies = Tallies(bounds | {"lateness": _LATENESS_BOUNDS})
+        prometheus_client.REGISTRY.register(TallyCollector(tallies))
+        prometheus_client.REGISTRY.register(QueueCollector())
+        _installed.append(tallies)
     signals.run_finished.subscribe(_on_run_finished)
     signals.step_recorded.subscribe(_on_step_recorded)
     signals.runs_claimed.subscribe(_on_runs_claimed)
@@ -80,42 +91,62 @@ def install() -> None:
     signals.run_woken.subscribe(_on_run_woken)
 
 
-_children: dict[tuple[str, ...], Any] = {}
-
-
-def _child(metric: str, *labels: str) -> Any:
-    """``metric``'s child for ``labels``. prometheus-client's ``labels()`` checks and
-    locks on every call, several times per step of a busy worker; the children it
-    returns are kept for good (nothing here removes one), so they are kept here too."""
-    key = (metric, *labels)
-    child = _children.get(key)
-    if child is None:  # two threads may both ask: labels() gives both the same child
-        child = _children[key] = _installed[metric].labels(*labels)
-    return child
-
-
 def _on_run_finished(kw: dict[str, Any]) -> None:
-    _child("runs", kw["workflow"], kw["status"]).inc()
-    _child("run_seconds", kw["workflow"], kw["status"]).observe(kw["duration"])
+    tallies = _installed[0]
+    tallies.add(("runs", kw["workflow"], kw["status"]))
+    tallies.observe(("run_seconds", kw["workflow"], kw["status"]), kw["duration"])
 
 
 def _on_step_recorded(kw: dict[str, Any]) -> None:
     if kw["status"] == "started":  # the start of an unsafe step is not an execution
         return
-    _child("steps", kw["workflow"], kw["step"], kw["status"]).inc()
-    _child("step_seconds", kw["workflow"], kw["step"]).observe(kw["duration"])
+    tallies = _installed[0]
+    tallies.add(("steps", kw["workflow"], kw["step"], kw["status"]))
+    tallies.observe(("step_seconds", kw["workflow"], kw["step"]), kw["duration"])
 
 
 def _on_runs_claimed(kw: dict[str, Any]) -> None:
-    _child("claims", kw["runner"]).inc(kw["count"])
+    _installed[0].add(("claims", kw["runner"]), kw["count"])
 
 
 def _on_run_requeued(kw: dict[str, Any]) -> None:
-    _child("requeued", kw["runner"]).inc()
+    _installed[0].add(("requeued", kw["runner"]))
 
 
 def _on_run_woken(kw: dict[str, Any]) -> None:
-    _child("lateness", kw["workflow"]).observe(kw["lateness"])
+    _installed[0].observe(("lateness", kw["workflow"]), kw["lateness"])
+
+
+class TallyCollector(Collector if prometheus_client else object):  # type: ignore[misc]
+    """The counters and histograms, summed from ``tallies`` at scrape time."""
+
+    def __init__(self, tallies: Tallies) -> None:
+        self.tallies = tallies
+
+    def describe(self) -> Iterator[Any]:
+        yield from self._families().values()
+
+    def collect(self) -> Iterator[Any]:
+        families = self._families()
+        for key, value in sorted(self.tallies.read().items()):
+            metric, labels = key[0], list(key[1:])
+            family = families[metric]
+            if metric in _COUNTERS:
+                family.add_metric(labels, value)
+                continue
+            counts, total = value
+            uppers = [*map(floatToGoString, self.tallies.bounds[metric]), "+Inf"]
+            family.add_metric(labels, list(zip(uppers, counts, strict=True)), total)
+        yield from families.values()
+
+    @staticmethod
+    def _families() -> dict[str, Any]:
+        families: dict[str, Any] = {}
+        for metric, (name, doc, labels) in _COUNTERS.items():
+            families[metric] = CounterMetricFamily(name, doc, labels=labels)
+        for metric, (name, doc, labels) in _HISTOGRAMS.items():
+            families[metric] = HistogramMetricFamily(name, doc, labels=labels)
+        return families
 
 
 _QUEUE_GAUGES = (

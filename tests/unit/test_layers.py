@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "everystep.errors",
             "everystep.options",
             "everystep.signals",
+            "everystep.tallies",
             "everystep.tracing",
             "everystep.serde",
             "everystep.failure_detail",
