@@ -6,8 +6,8 @@ are the one exception: they must wrap the work, so the engine opens them through
 Each is a Django signal, for a project's own receivers. everystep's own subscribers are
 called directly (``Lifecycle.subscribe``), before the signal is sent: Django's dispatch
 (resolving its weakly held receivers, splitting sync from async ones, re-packing the
-arguments for each receiver) cost a busy worker about 6 % of its CPU on signals that,
-without a project receiver, nobody else hears.
+arguments for each receiver) was about 6 % of a worker's client instructions per run, on
+signals that, without a project receiver, nobody else hears.
 
 Every signal about a run is sent with ``run_id``, ``workflow`` (the workflow name) and
 ``runner``.
