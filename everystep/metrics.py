@@ -33,8 +33,13 @@ except ImportError:  # pragma: no cover - exercised by the "metrics off" path
 _lock = threading.Lock()
 _installed: list[Tallies] = []  # the one Tallies, once install() has run
 
-# The counters and histograms: key → (name, help, label names). Counters are exposed with
-# the ``_total`` suffix, histograms with ``_bucket``, ``_count`` and ``_sum``.
+# prometheus-client's default buckets (without +Inf), and the lateness histogram's own.
+_DURATION_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
+_LATENESS_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+# The counters: key → (name, help, label names); the histograms also their bucket bounds.
+# Counters are exposed with the ``_total`` suffix, histograms with ``_bucket``, ``_count``
+# and ``_sum``.
 _COUNTERS = {
     "runs": ("everystep_workflow_runs", "Runs that reached an outcome.", ("workflow", "status")),
     "steps": (
@@ -50,21 +55,21 @@ _HISTOGRAMS = {
         "everystep_workflow_duration_seconds",
         "Duration of the pass that reached the outcome.",
         ("workflow", "status"),
+        _DURATION_BOUNDS,
     ),
     "step_seconds": (
         "everystep_step_duration_seconds",
         "Duration of executed steps.",
         ("workflow", "step"),
+        _DURATION_BOUNDS,
     ),
     "lateness": (
         "everystep_wake_lateness_seconds",
         "How late a sleeping or waiting run resumed: actual minus intended wake time.",
         ("workflow",),
+        _LATENESS_BOUNDS,
     ),
 }
-# prometheus-client's default buckets (without +Inf), and the lateness histogram's own.
-_DURATION_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
-_LATENESS_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
 def available() -> bool:
@@ -79,8 +84,7 @@ def install() -> None:
     with _lock:
         if _installed:
             return
-        bounds = {"run_seconds": _DURATION_BOUNDS, "step_seconds": _DURATION_BOUNDS}
-        tallies = Tallies(bounds | {"lateness": _LATENESS_BOUNDS})
+        tallies = Tallies({metric: spec[3] for metric, spec in _HISTOGRAMS.items()})
         prometheus_client.REGISTRY.register(TallyCollector(tallies))
         prometheus_client.REGISTRY.register(QueueCollector())
         _installed.append(tallies)
@@ -144,7 +148,7 @@ class TallyCollector(Collector if prometheus_client else object):  # type: ignor
         families: dict[str, Any] = {}
         for metric, (name, doc, labels) in _COUNTERS.items():
             families[metric] = CounterMetricFamily(name, doc, labels=labels)
-        for metric, (name, doc, labels) in _HISTOGRAMS.items():
+        for metric, (name, doc, labels, _) in _HISTOGRAMS.items():
             families[metric] = HistogramMetricFamily(name, doc, labels=labels)
         return families
 

@@ -25,10 +25,11 @@ _kept = threading.local()
 def connection() -> BaseDatabaseWrapper:
     """This thread's connection to everystep's alias.
 
-    Kept per thread: Django's lookup goes through asgiref's ``Local``, which at ten lookups
-    per run was about 6 % of a worker's client instructions. A thread's wrapper for an alias stays
-    the same object (closing and reconnecting happen inside it); Django puts another in
-    its place only in a test server's request thread, before that thread's first query.
+    Kept per thread: Django's lookup goes through asgiref's ``Local``, which at ten
+    lookups per run was about 6 % of a worker's client instructions. A thread's wrapper
+    for an alias stays the same object (closing and reconnecting happen inside it);
+    Django puts another in its place only in a test server's request thread, before that
+    thread's first query.
     """
     alias = conf.database()
     kept = getattr(_kept, "pair", None)
