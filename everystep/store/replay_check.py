@@ -11,11 +11,12 @@ batch's runs and steps.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Exists, OuterRef
 
 from everystep.errors import EverystepError
@@ -51,7 +52,9 @@ def read_only() -> Iterator[None]:
         with database.connection().cursor() as cursor:
             cursor.execute("PRAGMA query_only = ON")
         try:
-            with database.atomic():
+            with ExitStack() as transaction:
+                with _deferred_begin(database.connection()):
+                    transaction.enter_context(database.atomic())
                 yield
         finally:
             with database.connection().cursor() as cursor:
@@ -65,6 +68,30 @@ def read_only() -> Iterator[None]:
             # workers write, come from one snapshot (Django's default is read committed).
             cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         yield
+
+
+@contextmanager
+def _deferred_begin(conn: BaseDatabaseWrapper) -> Iterator[None]:
+    """While entered, an outermost ``atomic()`` on ``conn`` (SQLite, connected) opens its
+    transaction with a plain ``BEGIN``, whatever the alias's ``transaction_mode``.
+
+    The docs recommend ``"transaction_mode": "IMMEDIATE"`` (and the runner adds it to
+    every sqlite URL), and Django >= 5.1 then begins every transaction with ``BEGIN
+    IMMEDIATE``, which asks for the write lock: under ``query_only`` SQLite refuses that
+    ("attempt to write a readonly database"), and without it the check would wait for,
+    then hold, the lock every worker needs. A deferred transaction takes only a read
+    snapshot. Django reads ``transaction_mode`` only to begin a transaction (a savepoint
+    inside never does), and sets it again at each connect; older Django has none.
+    """
+    mode = getattr(conn, "transaction_mode", None)
+    if mode is None:
+        yield
+        return
+    conn.transaction_mode = None  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        conn.transaction_mode = mode  # type: ignore[attr-defined]
 
 
 def unfinished_batch(

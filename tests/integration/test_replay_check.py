@@ -4,22 +4,31 @@ no step body run; ``patched()`` makes an incompatible change pass."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import os
+import secrets
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from everystep import schedule
 from everystep.engine.check import check_replay
 from everystep.errors import EverystepError
 from everystep.models import Event, Step, Workflow
+from everystep.store import database
 from everystep.testing import crash_at, deployed, run_due
 from tests.testapp import versioned as v
 from tests.testapp.models import Execution
+from tests.workers import ROOT, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -276,3 +285,134 @@ def test_bad_arguments_are_one_line_errors(args, message):
         call_command("everystep_check_replay", *args)
     if args[0] != "--status":  # argparse's own errors exit 2 from the command line
         assert error.value.returncode == 2, "1 would read as 'runs would fail'"
+
+
+# SQLite with the OPTIONS docs/running/databases.md recommends, which the runner also adds
+# to every sqlite URL (image/everystep_runner/dburl.py): Django then begins each
+# transaction with BEGIN IMMEDIATE, a request for the write lock.
+MIGRATE_HINT = "CommandError: everystep's tables are missing: run `python manage.py migrate`"
+
+
+@pytest.fixture
+def immediate() -> Iterator[BaseDatabaseWrapper]:
+    """everystep's SQLite connection, reconnected with transaction_mode IMMEDIATE whatever
+    the tier's settings say (EVERYSTEP_TEST_SQLITE_DEFAULT_TXN)."""
+    conn = database.connection()
+    options = conn.settings_dict["OPTIONS"]
+    saved = dict(options)
+    conn.close()
+    options["transaction_mode"] = "IMMEDIATE"
+    try:
+        conn.ensure_connection()
+        yield conn
+    finally:
+        conn.close()
+        options.clear()
+        options.update(saved)
+
+
+@pytest.mark.backends("sqlite")
+def test_on_sqlite_with_begin_immediate_the_check_passes_beside_a_writer(parked_orders, immediate):
+    """With transaction_mode IMMEDIATE the check reads in deferred transactions: it
+    replays every run while another connection holds the write lock, writes nothing, and
+    leaves the connection writing with BEGIN IMMEDIATE again."""
+    writer = sqlite3.connect(immediate.settings_dict["NAME"], isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")  # a worker in the middle of a write
+        with deployed(v.order, v.order_compatible):
+            status, report = checked_without_effects(check)
+        assert (status, report["ok"], report["checked"]) == (0, True, 4)
+        with deployed(v.order, v.order_taxed):
+            status, report = checked_without_effects(check)
+        assert (status, report["failing"]) == (1, 3)
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    assert getattr(immediate, "transaction_mode", "IMMEDIATE") == "IMMEDIATE"
+    run = schedule(v.order, 5)  # query_only is off again: the connection writes
+    assert Workflow.objects.get(id=run.id).status == "scheduled"
+
+
+FRESH_SETTINGS = """\
+import os
+
+from tests.settings import *  # noqa: F403
+
+DATABASES["default"]["NAME"] = os.environ["EVERYSTEP_TEST_FRESH_DB"]  # noqa: F405
+DATABASES["default"]["OPTIONS"] = {  # noqa: F405
+    "timeout": 30,
+    "transaction_mode": "IMMEDIATE",
+    "init_command": "PRAGMA journal_mode=WAL;",
+}
+"""
+
+
+@pytest.mark.backends("sqlite")
+def test_on_an_unmigrated_sqlite_database_with_begin_immediate_the_check_says_to_migrate(
+    tmp_path: Path,
+):
+    """`manage.py everystep_check_replay` on a SQLite file without everystep's tables,
+    with transaction_mode IMMEDIATE, exits 2 with the one "run migrate" line."""
+    (tmp_path / "fresh_settings.py").write_text(FRESH_SETTINGS)
+    env = worker_env(str(tmp_path))
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "fresh_settings",
+            "EVERYSTEP_TEST_DB": "sqlite",
+            "EVERYSTEP_TEST_FRESH_DB": str(tmp_path / "fresh.sqlite3"),
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "everystep_check_replay"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = done.stderr.splitlines()
+    assert (done.returncode, len(lines)) == (2, 1), done.stderr
+    assert lines[0].startswith(MIGRATE_HINT), lines[0]
+
+
+def runner(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`everystep-runner` with the example project on the database at ``url``, with no
+    EVERYSTEP_* configuration from this environment."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("EVERYSTEP_")}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    env.update({"HOME": str(tmp_path), "DJANGO_SECRET_KEY": secrets.token_urlsafe(50)})
+    project = (
+        "--project-dir",
+        str(ROOT / "image" / "example_project"),
+        "--settings-module",
+        "mysite.settings",
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "everystep_runner", *project, "--database-url", url, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.backends("sqlite")
+def test_the_runner_role_check_replay_on_sqlite_urls(tmp_path: Path):
+    """The runner's `check-replay` role (which gives a sqlite URL transaction_mode
+    IMMEDIATE) passes on a migrated database holding an unfinished run, and says to run
+    migrate (exit 2) on a database without everystep's tables."""
+    url = f"sqlite:///{tmp_path / 'shop.sqlite3'}"
+    schedule_one = (
+        "from everystep import schedule; from shop.workflows import fulfil; schedule(fulfil, 7)"
+    )
+    for command in (["migrate", "--noinput", "-v", "0"], ["shell", "-c", schedule_one]):
+        done = runner(tmp_path, url, *command)
+        assert done.returncode == 0, done.stderr
+    passing = runner(tmp_path, url, "check-replay", "--json")
+    assert passing.returncode == 0, passing.stdout + passing.stderr
+    assert json.loads(passing.stdout)["checked"] == 1
+    missing = runner(tmp_path, f"sqlite:///{tmp_path / 'fresh.sqlite3'}", "check-replay")
+    lines = missing.stderr.splitlines()
+    assert (missing.returncode, len(lines)) == (2, 1), missing.stderr
+    assert lines[0].startswith(MIGRATE_HINT), lines[0]
