@@ -112,6 +112,21 @@ class TooManyRecoveries(EverystepError):
     memory) most likely kills the worker that runs it, so it is failed instead."""
 
 
+class NameInUse(EverystepError):
+    """A worker was refused its runner name: another live process sends heartbeats under
+    it. Names must be unique among live workers, since a worker starting under a name
+    takes back every run left under it. ``name``, and ``host`` and ``pid`` of the process
+    holding it (``None`` when a worker of an older release wrote its row)."""
+
+    def __init__(self, name: str, host: str | None, pid: int | None, detail: str) -> None:
+        self.name, self.host, self.pid = name, host, pid
+        super().__init__(
+            f"runner name {name!r} is in use by a live worker on host {host or '?'}, "
+            f"pid {pid or '?'} ({detail}): runner names must be unique among live "
+            "workers; stop that worker or give this one another name"
+        )
+
+
 class RunInterrupted(BaseException):
     """Internal: this pass must stop now without deciding the run's outcome.
 

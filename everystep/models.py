@@ -361,6 +361,10 @@ class Runner(EverystepModel):
     draining = models.BooleanField(default=False)
     started_at = models.DateTimeField()
     last_seen = models.DateTimeField(db_index=True)
+    # The process beating under the name, so a worker refused the name can say which one
+    # holds it. NULL: a row written by a release that did not record them.
+    host = models.CharField(max_length=255, blank=True, null=True)
+    pid = models.PositiveIntegerField(blank=True, null=True)
 
     class Meta:
         # Its own Meta: one inherited from EverystepModel would record the base manager

@@ -56,6 +56,7 @@ from everystep.store.runners import (
     list_runners,
     requeue_orphans,
     requeue_runner,
+    take_name,
 )
 from everystep.store.runs import (
     SETTLE_MODES,
@@ -137,6 +138,7 @@ __all__ = [
     "step_values",
     "suspend_run",
     "sweep",
+    "take_name",
     "unapplied_migrations",
     "unfinished_batch",
     "waiting_count",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import os
+import socket
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -33,25 +36,70 @@ def requeue_runner(name: str, *, actor: Actor | None = None, reason: str = "") -
 
 def beat(
     name: str, boot_id: UUID, *, pool_size: int, inflight: int, draining: bool, started_at: Any
-) -> None:
-    """Record that runner ``name`` (this boot) is alive."""
+) -> Runner | None:
+    """Record that runner ``name`` (this boot of this process) is alive. Returns ``None``,
+    or the row of another boot that holds the name now (``take_name`` gave the name away
+    while this boot was silent): that row is left as it is."""
+    state = {
+        "pool_size": pool_size,
+        "inflight": inflight,
+        "draining": draining,
+        "started_at": started_at,
+    }
+    # Write first, in autocommit: a read-then-write transaction on SQLite fails at once
+    # ("database is locked") when another connection holds the write lock, instead of
+    # waiting for it. Only this boot's row: overwriting another boot's would hide that
+    # two processes beat under one name, each looking alive to the other.
+    if Runner.objects.filter(name=name, boot_id=boot_id).update(**state, last_seen=timezone.now()):
+        return None
+    if take_name(name, boot_id, None, **state):
+        return None  # the row was gone (removed by hand): this boot's again
+    return get_runner(name)
+
+
+def take_name(
+    name: str,
+    boot_id: UUID,
+    replacing: Runner | None,
+    *,
+    pool_size: int,
+    inflight: int,
+    draining: bool,
+    started_at: Any,
+) -> bool:
+    """Make boot ``boot_id`` of this process the holder of runner name ``name`` (its row
+    written as ``beat`` writes it): insert its row if there is none (``replacing`` is
+    ``None``), or take over ``replacing``, the row as last read, only if its boot has not
+    beaten since. One statement either way, so of processes racing for one name exactly
+    one wins."""
     fields = {
         "boot_id": boot_id,
+        "host": _host(),
+        "pid": os.getpid(),
         "pool_size": pool_size,
         "inflight": inflight,
         "draining": draining,
         "started_at": started_at,
         "last_seen": timezone.now(),
     }
-    # Write first, in autocommit: a read-then-write transaction on SQLite fails at once
-    # ("database is locked") when another connection holds the write lock, instead of
-    # waiting for it.
-    if Runner.objects.filter(name=name).update(**fields):
-        return
-    try:
-        Runner.objects.create(name=name, **fields)
-    except IntegrityError:  # another process of the same name created it meanwhile
-        Runner.objects.filter(name=name).update(**fields)
+    if replacing is None:
+        try:
+            # A savepoint: the failed insert must not spoil a transaction around it.
+            with database.atomic():
+                Runner.objects.create(name=name, **fields)
+        except IntegrityError:  # another process inserted it meanwhile
+            return False
+        return True
+    # A boot's beats only move its ``last_seen`` forward (one process, one clock).
+    stale = Runner.objects.filter(
+        name=name, boot_id=replacing.boot_id, last_seen__lte=replacing.last_seen
+    )
+    return bool(stale.update(**fields))
+
+
+@functools.cache
+def _host() -> str:
+    return socket.gethostname()
 
 
 def get_runner(name: str) -> Runner | None:

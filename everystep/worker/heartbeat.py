@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
@@ -16,6 +16,9 @@ from everystep import store
 from everystep.engine.execute import report_requeued
 from everystep.store import database
 from everystep.worker.state import WorkerState
+
+if TYPE_CHECKING:
+    from everystep.models import Runner
 
 logger = logging.getLogger("everystep.worker")
 # Seconds a statement of the shutdown waits for a row lock before giving up.
@@ -39,18 +42,52 @@ class Heartbeat(threading.Thread):
         # (monotonic; None: no failure yet). See ``may_sweep``.
         self.reconnected_at: float | None = None
         self._failing = False
+        self.displaced = False  # another boot holds the name now (``_displaced_by``)
 
     def beat(self) -> None:
+        if self.displaced:
+            return  # the name is another process's now: its row is not ours to write
         sent = time.monotonic()
-        store.beat(
-            self.options.name,
-            self.boot_id,
-            pool_size=self.options.pool_size,
-            inflight=self.worker.inflight,
-            draining=self.worker.draining,
-            started_at=self.worker.started_at,
-        )
+        holder = store.beat(self.options.name, self.boot_id, **self._state())
+        if holder is not None:
+            self._displaced_by(holder)
+            return
         self.worker.beat_written = sent
+
+    def take_name(self, replacing: Runner | None) -> bool:
+        """Make this boot the holder of the runner name, if ``replacing`` (the row as last
+        read; ``None``: no row) is still as read (``store.take_name``)."""
+        sent = time.monotonic()
+        if not store.take_name(self.options.name, self.boot_id, replacing, **self._state()):
+            return False
+        self.worker.beat_written = sent
+        return True
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "pool_size": self.options.pool_size,
+            "inflight": self.worker.inflight,
+            "draining": self.worker.draining,
+            "started_at": self.worker.started_at,
+        }
+
+    def _displaced_by(self, holder: Runner) -> None:
+        """Another process took the name over while this one was silent for two heartbeats
+        (paused, frozen, cut off): it has taken back the runs under the name, this one's
+        included, and their passes here are fenced out. Two live workers under one name is
+        what taking the name prevents, so this one stops claiming and drains; its process
+        ends as after SIGTERM, and the name stays with the process that holds it."""
+        self.displaced = True
+        logger.error(
+            "runner name %s was taken over by host %s pid %s while this worker was silent; "
+            "it stops claiming and drains",
+            self.options.name,
+            holder.host or "?",
+            holder.pid or "?",
+            extra=self._extra("worker.name_taken"),
+        )
+        self.worker.stop.set()
+        self.worker.wake.set()
 
     def freshen(self) -> None:
         """Beat now, from the calling thread, if the last beat written is older than twice

@@ -23,7 +23,7 @@ from everystep.engine.execute import PassResult, fail, run_pass
 from everystep.errors import EverystepError, StoreUnavailable
 from everystep.store import database
 from everystep.values import Claim
-from everystep.worker import interrupts, shutdown
+from everystep.worker import interrupts, naming, shutdown
 from everystep.worker.connections import keep_connections
 from everystep.worker.heartbeat import LOCK_WAIT, Heartbeat
 from everystep.worker.http import ProbeServer
@@ -112,6 +112,11 @@ class Worker:
         Returns True after a clean drain; False when the drain deadline passed with
         steps still executing (their runs were requeued; their threads are abandoned,
         and a standalone process should exit now rather than wait for them).
+
+        Raises ``everystep.errors.NameInUse``, before claiming anything, if another live
+        process sends heartbeats under this worker's name; a crashed predecessor's row is
+        watched for up to two heartbeat intervals first, then taken over. A worker whose
+        name another process took over while it was silent drains and returns.
         """
         state, options = self.state, self.options
         state.started_at = timezone.now()
@@ -183,8 +188,10 @@ class Worker:
                 continue
             try:
                 database.keep_lock_waits_short(LOCK_WAIT)
-                self._warn_if_name_is_live(beat)
-                beat.beat()
+                # The catchup below takes every run under the name: never while another
+                # live process beats under it (``naming``).
+                if not naming.take_name(self.state, beat):
+                    return  # stopped while waiting for the name
                 # A row locked elsewhere (a frozen process's transaction) must not hold
                 # up SIGTERM; on PostgreSQL too, for the rows this takes back.
                 with database.lock_waits_at_most(LOCK_WAIT):
@@ -204,19 +211,6 @@ class Worker:
                 extra={"event": "worker.catchup", "runner": self.options.name},
             )
             self._hold(parked)
-
-    def _warn_if_name_is_live(self, beat: Heartbeat) -> None:
-        other = store.get_runner(self.options.name)
-        if other is None or other.boot_id == beat.boot_id:
-            return
-        if other.may_be_alive(self.options.orphan_timeout, self.options.heartbeat):
-            logger.warning(
-                "runner name %s sent a heartbeat %.0fs ago from another process: if that "
-                "process is still alive, two workers share one name",
-                self.options.name,
-                other.seconds_silent(),
-                extra={"event": "worker.name_in_use", "runner": self.options.name},
-            )
 
     def _tick(self, executor: ThreadPoolExecutor) -> None:
         self.state.tick()

@@ -1,0 +1,99 @@
+"""One live worker process per runner name (issues 33 and 40), with real worker
+subprocesses: a second process under a live worker's name exits 1 naming the holder, and
+takes none of its runs; a restart after SIGKILL waits for the dead beat, then catches up."""
+
+from __future__ import annotations
+
+import signal
+import socket
+
+import pytest
+from django.db.models import Count
+
+from everystep import schedule
+from everystep.models import Runner, Step, Workflow
+from tests.acceptance.conftest import wait_until
+from tests.testapp import workflows as wf
+from tests.testapp.models import Execution
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FAST = ("--poll", "0.05")
+# The holder beats five times a second; the newcomer, judging by its own heartbeat, waits
+# up to four seconds for a beat: a live holder cannot look silent on a busy machine.
+HOLDER = ("--heartbeat", "0.2", "--orphan-timeout", "0", *FAST)
+NEWCOMER = ("--heartbeat", "2", "--orphan-timeout", "0", *FAST)
+
+
+def beating(name: str) -> Runner:
+    return wait_until(lambda: Runner.objects.filter(name=name).first(), 60, f"{name}'s row")
+
+
+def test_a_second_worker_under_a_live_name_exits_1_naming_its_host_and_pid(workers):
+    """The second process is refused with exit 1 and one line naming the live holder's
+    host and pid; the holder keeps its row and goes on."""
+    holder = workers("twin", *HOLDER)
+    row = beating("twin")
+    second = workers("twin", *NEWCOMER)
+    second.expect_alive = False
+    assert second.wait(60) == 1
+    log = second.log()
+    (line,) = [line for line in log.splitlines() if line.startswith("CommandError:")]
+    assert f"host {socket.gethostname()}, pid {holder.pid}" in line
+    assert "Traceback" not in log
+    after = Runner.objects.get(name="twin")
+    assert (after.boot_id, after.pid) == (row.boot_id, holder.pid)
+    run = schedule(wf.sequential, 1, 1)
+    wait_until(lambda: Workflow.objects.get(id=run.id).status == "completed", 60, "a run")
+    holder.signal(signal.SIGTERM)
+    assert holder.wait(60) == 0
+
+
+def test_a_refused_worker_takes_none_of_the_live_workers_runs_in_flight(workers):
+    """Issue 40: a worker runs 4 runs whose long steps are executing; a second process
+    started under its name is refused before its catchup, so every step body of those
+    runs executes exactly once and every run completes under the first worker."""
+    runs = [schedule(wf.slow, 3) for _ in range(4)]
+    holder = workers("shared", "--pool", "4", *HOLDER)
+    wait_until(
+        lambda: Execution.objects.filter(step="long").count() == 4, 60, "4 long steps running"
+    )
+    second = workers("shared", "--pool", "4", *NEWCOMER)
+    second.expect_alive = False
+    assert second.wait(60) == 1
+    ids = [run.id for run in runs]
+    wait_until(
+        lambda: Workflow.objects.filter(id__in=ids, status="completed").count() == 4,
+        90,
+        "the 4 runs to complete",
+    )
+    per_body = Execution.objects.values("run_id", "step").annotate(n=Count("id"))
+    assert len(per_body) == 12
+    assert {row["n"] for row in per_body} == {1}, "a step body executed twice"
+    assert set(Execution.objects.values_list("pid", flat=True)) == {holder.pid}
+    assert Step.objects.filter(workflow_id__in=ids).count() == 12
+    holder.signal(signal.SIGTERM)
+    assert holder.wait(60) == 0
+
+
+def test_a_restart_after_sigkill_waits_for_the_dead_beat_then_catches_up(workers):
+    """The killed worker's row is still fresh when the restart starts: it watches it,
+    takes the name over once it stays silent, and resumes the run parked under it."""
+    run = schedule(wf.slow, 1)
+    doomed = workers("lazarus", *HOLDER)
+    wait_until(
+        lambda: Execution.objects.filter(run_id=run.id, step="long").exists(), 60, "the long step"
+    )
+    doomed.signal(signal.SIGKILL)
+    doomed.wait(30)
+    # A heartbeat of 4 s: the killed worker's row, a second or two old, is watched.
+    again = workers("lazarus", "--heartbeat", "4", "--orphan-timeout", "0", *FAST)
+    wait_until(lambda: Workflow.objects.get(id=run.id).status == "completed", 90, "the run")
+    log = again.log()
+    assert f"(host {socket.gethostname()} pid {doomed.pid}): watching its heartbeat" in log
+    assert f"takes the runner name over from host {socket.gethostname()} pid {doomed.pid}" in log
+    assert "resumes 1 run(s) parked under its name" in log
+    assert Execution.objects.filter(run_id=run.id, step="first").count() == 1
+    assert Runner.objects.get(name="lazarus").pid == again.pid
+    again.signal(signal.SIGTERM)
+    assert again.wait(60) == 0

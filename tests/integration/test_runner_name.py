@@ -1,0 +1,197 @@
+"""One live process per runner name (issues 33 and 40), with the worker embedded in this
+process: a name another process beats under is refused before any catchup, a silent row
+is watched and then taken over, and a worker whose name was taken over stops."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from django.db import connections
+from django.utils import timezone
+
+from everystep import schedule, store
+from everystep.errors import NameInUse
+from everystep.models import Runner, Workflow
+from everystep.worker import Worker
+from tests.testapp import workflows as wf
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def wait_for(predicate, timeout: float = 60) -> None:
+    done = threading.Event()
+    for _ in range(int(timeout / 0.05)):
+        if predicate():
+            return
+        done.wait(0.05)
+    raise AssertionError("condition not reached")
+
+
+def foreign_row(name: str, *, age: float = 0.0) -> Runner:
+    """The heartbeat row another process (host ``elsewhere``, pid 4242) wrote ``age``
+    seconds ago."""
+    at = timezone.now() - timedelta(seconds=age)
+    return Runner.objects.create(
+        name=name,
+        boot_id=uuid.uuid4(),
+        pool_size=1,
+        started_at=at,
+        last_seen=at,
+        host="elsewhere",
+        pid=4242,
+    )
+
+
+def parked(name: str) -> Workflow:
+    """A run left ``running`` under runner ``name``, as by a process that holds it."""
+    run = schedule(wf.sequential, 1, 1)
+    Workflow.objects.filter(id=run.id).update(
+        status="running", claimed_by=name, claim_token=uuid.uuid4()
+    )
+    return Workflow.objects.get(id=run.id)
+
+
+class Started:
+    """``Worker.run()`` on a thread; what it returned or raised."""
+
+    def __init__(self, **options: object) -> None:
+        self.worker = Worker(**{"poll": 0.02, "orphan_timeout": 0, **options})
+        self.returned: list[bool] = []
+        self.raised: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.returned.append(self.worker.run())
+        except BaseException as exc:
+            self.raised.append(exc)
+        finally:
+            connections.close_all()
+
+    def join(self) -> None:
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "run() did not return"
+
+
+@pytest.fixture
+def beating() -> Iterator[threading.Event]:
+    """Keeps the row of runner ``busy`` beating, as a live process does, until set."""
+    row = foreign_row("busy")
+    stop = threading.Event()
+
+    def beat() -> None:
+        try:
+            while not stop.wait(0.05):
+                Runner.objects.filter(id=row.id).update(last_seen=timezone.now())
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=beat)
+    thread.start()
+    yield stop
+    stop.set()
+    thread.join(30)
+
+
+def test_a_name_another_process_beats_under_is_refused_before_the_catchup(beating):
+    """run() raises NameInUse naming the holder's host and pid; the runs under the name
+    stay with their holder and the holder's row stays its own."""
+    run = parked("busy")
+    started = Started(name="busy", heartbeat=0.5)
+    started.join()
+    (error,) = started.raised
+    assert isinstance(error, NameInUse)
+    assert (error.name, error.host, error.pid) == ("busy", "elsewhere", 4242)
+    assert "host elsewhere, pid 4242" in str(error)
+    after = Workflow.objects.get(id=run.id)
+    assert (after.status, after.claim_token) == ("running", run.claim_token)
+    assert Runner.objects.get(name="busy").pid == 4242
+
+
+def test_a_silent_row_is_watched_then_taken_over_and_its_runs_resumed(caplog):
+    """A fresh row that does not move for two heartbeats is a crashed predecessor's: the
+    name is taken over (this process's host and pid) and the runs under it resumed."""
+    foreign_row("phoenix")
+    run = parked("phoenix")
+    with caplog.at_level(logging.INFO, logger="everystep.worker"):
+        started = Started(name="phoenix", heartbeat=0.5)
+        try:
+            wait_for(lambda: Workflow.objects.get(id=run.id).status == "completed")
+        finally:
+            started.worker.stop()
+            started.join()
+    assert started.raised == []
+    events = [getattr(record, "event", "") for record in caplog.records]
+    assert events.index("worker.name_wait") < events.index("worker.name_taken_over")
+    assert events.index("worker.name_taken_over") < events.index("worker.catchup")
+
+
+def test_the_name_holder_is_recorded_and_a_clean_stop_frees_it():
+    """The heartbeat row names this process's host and pid; a clean stop removes it."""
+    started = Started(name="plain", heartbeat=0.5)
+    try:
+        assert started.worker.ready.wait(30)
+        row = Runner.objects.get(name="plain")
+        assert (row.host, row.pid) == (socket.gethostname(), os.getpid())
+    finally:
+        started.worker.stop()
+        started.join()
+    assert not Runner.objects.filter(name="plain").exists()
+
+
+def test_a_worker_whose_name_was_taken_over_drains_and_leaves_the_row(caplog):
+    """Its beat finds another boot's row: it logs worker.name_taken, stops, and does not
+    overwrite the row of the process that holds the name now."""
+    with caplog.at_level(logging.ERROR, logger="everystep.worker"):
+        started = Started(name="displaced", heartbeat=0.2)
+        assert started.worker.ready.wait(30)
+        takeover = uuid.uuid4()
+        Runner.objects.filter(name="displaced").update(
+            boot_id=takeover, host="elsewhere", pid=4242, last_seen=timezone.now()
+        )
+        started.join()
+    assert started.returned == [True]
+    row = Runner.objects.get(name="displaced")
+    assert (row.boot_id, row.host, row.pid) == (takeover, "elsewhere", 4242)
+    (record,) = [r for r in caplog.records if getattr(r, "event", "") == "worker.name_taken"]
+    assert "host elsewhere pid 4242" in record.getMessage()
+
+
+def test_a_stop_while_watching_the_name_returns_without_taking_it(caplog):
+    """stop() during the watch: run() returns, the row and the runs under the name are
+    left as they were."""
+    row = foreign_row("patient")
+    run = parked("patient")
+    with caplog.at_level(logging.INFO, logger="everystep.worker"):
+        started = Started(name="patient", heartbeat=60)
+        events = lambda: [getattr(record, "event", "") for record in caplog.records]  # noqa: E731
+        wait_for(lambda: "worker.name_wait" in events())
+    started.worker.stop()
+    started.join()
+    assert started.returned == [True]
+    assert Runner.objects.get(name="patient").boot_id == row.boot_id
+    after = Workflow.objects.get(id=run.id)
+    assert (after.status, after.claim_token) == ("running", run.claim_token)
+
+
+def test_of_two_boots_taking_one_name_exactly_one_wins():
+    """The insert of a free name and the takeover of a silent row each succeed once."""
+    state = {"pool_size": 1, "inflight": 0, "draining": False, "started_at": timezone.now()}
+    first, second = uuid.uuid4(), uuid.uuid4()
+    assert store.take_name("race", first, None, **state)
+    assert not store.take_name("race", second, None, **state)
+    silent = Runner.objects.get(name="race")
+    third, fourth = uuid.uuid4(), uuid.uuid4()
+    assert store.take_name("race", third, silent, **state)
+    assert not store.take_name("race", fourth, silent, **state)
+    assert Runner.objects.get(name="race").boot_id == third
+    assert store.beat("race", first, **state) is not None, "the first boot was displaced"
+    assert Runner.objects.get(name="race").boot_id == third
