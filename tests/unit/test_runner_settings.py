@@ -15,7 +15,7 @@ from pydantic import SecretStr
 
 from everystep.options import BY_NAME, OPTIONS, Option
 from everystep_runner import settings as runner_settings
-from everystep_runner.cli import main, split_argv
+from everystep_runner.cli import main, parser, split_argv
 from everystep_runner.dburl import mask_password
 from everystep_runner.settings import (
     NAMES,
@@ -774,6 +774,25 @@ def test_no_abbreviated_runner_flags() -> None:
     """--database (a command's own option) before the command is not taken for --database-url."""
     with pytest.raises(ConfigError, match="unknown runner option '--database'"):
         split_argv(["--database", "default", "migrate"])
+
+
+def _runner_flag_abbreviations() -> list[Any]:
+    flags = [flag for flag in parser()._option_string_actions if flag.startswith("--")]
+    # Each flag's longest proper prefix, where it names only that flag: what argparse
+    # would otherwise take for it.
+    return [
+        pytest.param(flag[:-1], id=flag)
+        for flag in flags
+        if [other for other in flags if other.startswith(flag[:-1])] == [flag]
+    ]
+
+
+@pytest.mark.parametrize("prefix", _runner_flag_abbreviations())
+def test_no_runner_flag_abbreviates(prefix: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every runner flag cut short by one character (--poo 8 for --pool 8) exits 2
+    naming it as an unknown runner option."""
+    assert main([prefix, "8", "config"]) == 2
+    assert f"unknown runner option {prefix!r}" in capsys.readouterr().err
 
 
 def test_runner_flag_missing_its_value() -> None:

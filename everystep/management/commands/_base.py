@@ -24,7 +24,20 @@ from everystep.store.bulk import RunFilter
 from everystep.store.runs import missing_tables
 
 
-class EverystepCommand(BaseCommand):
+class WholeFlags:
+    """A command whose flags must be written out whole: argparse would take ``--pol 8``
+    for ``--poll 8`` when the user meant ``--pool 8``, and run with the wrong setting.
+    An abbreviation is an unknown flag, and the error names it."""
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        kwargs["allow_abbrev"] = False
+        parser: CommandParser = super().create_parser(  # type: ignore[misc]
+            prog_name, subcommand, **kwargs
+        )
+        return parser
+
+
+class EverystepCommand(WholeFlags, BaseCommand):
     """A command that, run against a database without everystep's tables, says to run
     ``migrate`` in one line (exit status ``tables_missing_status``) instead of printing
     the database error's traceback; and that prints stored text (names, messages,

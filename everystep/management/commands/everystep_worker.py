@@ -14,13 +14,14 @@ from django.db import connections
 
 from everystep import store
 from everystep.errors import EverystepError
+from everystep.management.commands._base import WholeFlags
 from everystep.options import OPTIONS
 from everystep.worker import Worker
 
 logger = logging.getLogger("everystep.worker")
 
 
-class Command(BaseCommand):
+class Command(WholeFlags, BaseCommand):
     help = "Claim due everystep runs and execute them until SIGTERM/SIGINT, then drain."
     # The system checks run in handle() instead, once the database answers: some connect
     # (Django 6's JSONField check asks SQLite and MySQL what they support), and a worker
