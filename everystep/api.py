@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
+import warnings
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Never, TypeVar, overload
 from uuid import UUID
 
 from everystep import registry, serde
-from everystep.errors import EverystepError
+from everystep.errors import EverystepError, WorkflowNotDiscoveredWarning
 from everystep.registry import StepDef, WorkflowDef
 
 if TYPE_CHECKING:
@@ -41,6 +43,7 @@ def workflow(fn: Any = None, /, *, name: str | None = None) -> Any:
     """
 
     def register(func: F) -> F:
+        _refuse_django_task(func, "@workflow")
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise TypeError(f"@workflow(name=...) must be a non-empty string, got {name!r}")
         defn = WorkflowDef(_stored_name(name or serde.qualified_name(func), "workflow"), func)
@@ -97,6 +100,7 @@ def step(fn: Any = None, /, *, unsafe_to_repeat: bool = False, atomic: bool = Fa
         )
 
     def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
+        _refuse_django_task(func, "@step")
         defn = StepDef(
             _stored_name(serde.qualified_name(func), "step"), func, unsafe_to_repeat, atomic
         )
@@ -111,6 +115,39 @@ def step(fn: Any = None, /, *, unsafe_to_repeat: bool = False, atomic: bool = Fa
         return call
 
     return wrap(fn) if fn is not None else wrap
+
+
+# Where Django's task framework defines ``Task``: Django 6 itself, and the django-tasks
+# backport for Django 5.2. Read from ``sys.modules``: a ``@task`` object exists only once
+# its module is imported, and ``import everystep`` must not import Django.
+_TASK_MODULES = ("django.tasks.base", "django_tasks.base")
+
+
+def _is_django_task(obj: Any) -> bool:
+    for module in _TASK_MODULES:
+        task_class = getattr(sys.modules.get(module), "Task", None)
+        if isinstance(task_class, type) and isinstance(obj, task_class):
+            return True
+    return False
+
+
+def _task_name(task: Any) -> str:
+    return str(getattr(task, "module_path", None) or repr(task))
+
+
+def _refuse_django_task(obj: Any, decorator: str) -> None:
+    """A ``TypeError`` saying what works, for a decorator stacked on a ``@task``: the
+    ``Task`` object is no function, and without this the decorator fails on a missing
+    attribute."""
+    if not _is_django_task(obj):
+        return
+    raise TypeError(
+        f"{decorator} cannot decorate {_task_name(obj)}, a django.tasks @task: a function "
+        "cannot be both a @task and an everystep workflow or step today. Keep one: "
+        "@workflow (with @step functions it calls), started by everystep.schedule(), for "
+        "a durable run; or @task alone, started by .enqueue(). everystep's backend for "
+        "Django's task framework (coming) will run @task functions as workflows."
+    )
 
 
 def parallel(*branches: Branch, everystep_id: str | None = None) -> tuple[Any, ...]:
@@ -130,6 +167,7 @@ def schedule(
     at: datetime | None = None,
     delay: timedelta | float | None = None,
     idempotency_key: str | None = None,
+    **keywords: Never,
 ) -> Workflow:
     """Insert a ``scheduled`` run of ``workflow_fn(*args)`` in the current transaction on
     everystep's database (``EVERYSTEP_DATABASE``); a transaction on another alias does not
@@ -150,7 +188,7 @@ def schedule(
     due = timezone.now() if at is None else as_instant(at, "schedule() at")
     if delay is not None:
         due += as_delay(delay, "schedule() delay")
-    defn, stored = _run_of(workflow_fn, args, idempotency_key, "schedule")
+    defn, stored = _run_of(workflow_fn, args, keywords, idempotency_key, "schedule")
     return store.create_run(defn.name, stored, idempotency_key, due_at=due)
 
 
@@ -159,6 +197,7 @@ def start(
     *args: Any,
     idempotency_key: str | None = None,
     everystep_id: str | None = None,
+    **keywords: Never,
 ) -> Workflow:
     """Inside a running workflow body (or fork branch): start a child run of
     ``workflow_fn(*args)``, recorded like a step, so a replay returns the same child and
@@ -168,7 +207,7 @@ def start(
     from everystep.engine import children
     from everystep.engine.recorded import body_frame
 
-    defn, stored = _run_of(workflow_fn, args, idempotency_key, "start")
+    defn, stored = _run_of(workflow_fn, args, keywords, idempotency_key, "start")
     frame = body_frame()
     if frame is None:
         return store.create_run(defn.name, stored, idempotency_key)
@@ -197,15 +236,36 @@ def gather(
     return results.gather(runs, timeout)
 
 
+# The keywords of schedule() and start() themselves, for the message about the others.
+_OWN_KEYWORDS = {
+    "schedule": "at, delay and idempotency_key",
+    "start": "idempotency_key and everystep_id",
+}
+
+
 def _run_of(
-    workflow_fn: Callable[..., Any], args: tuple[Any, ...], idempotency_key: str | None, verb: str
+    workflow_fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    keywords: dict[str, Any],
+    idempotency_key: str | None,
+    verb: str,
 ) -> tuple[WorkflowDef, Any]:
     """The definition of ``workflow_fn`` and its arguments stored, checked before any
     run is written."""
     defn = registry.workflow_def(workflow_fn)
     if defn is None:
-        raise TypeError(f"{workflow_fn!r} is not a @workflow function")
+        raise TypeError(_not_a_workflow(workflow_fn))
+    if keywords:
+        raise TypeError(
+            f"cannot {verb} workflow {defn.name}{_bare_signature(defn)}: workflow arguments "
+            "are positional (a run stores a list of arguments, no keywords), got keyword "
+            f"argument{'' if len(keywords) == 1 else 's'} {', '.join(sorted(keywords))}: "
+            f"pass the values in the order of the parameters ({verb}()'s own keywords are "
+            f"{_OWN_KEYWORDS[verb]})"
+        )
     _check_arguments(defn, args, verb)
+    if not registry.known_to_workers(defn.name):
+        _not_discovered(defn, verb)
     if idempotency_key is not None and (
         not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > 255
     ):
@@ -224,14 +284,59 @@ def _check_arguments(defn: WorkflowDef, args: tuple[Any, ...], verb: str) -> Non
     try:
         signature.bind(*args)
     except TypeError as exc:
-        bare = signature.replace(
-            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
-            return_annotation=signature.empty,
-        )
         raise TypeError(
-            f"cannot {verb} workflow {defn.name}{bare}: {exc} "
+            f"cannot {verb} workflow {defn.name}{_bare_signature(defn)}: {exc} "
             f"(given {len(args)} positional argument{'' if len(args) == 1 else 's'})"
         ) from None
+
+
+def _bare_signature(defn: WorkflowDef) -> str:
+    """The workflow function's parameters, without annotations, for a message."""
+    signature = _signature(defn)
+    if signature is None:
+        return "(...)"
+    parameters = [p.replace(annotation=p.empty) for p in signature.parameters.values()]
+    return str(signature.replace(parameters=parameters, return_annotation=signature.empty))
+
+
+def _not_a_workflow(obj: Any) -> str:
+    if _is_django_task(obj) and registry.workflow_def(getattr(obj, "func", None)):
+        return (
+            f"{_task_name(obj)} is a django.tasks @task over a @workflow, not a workflow: "
+            "its .enqueue() runs the body as a plain call, nothing recorded. Remove @task "
+            "and schedule the workflow (everystep's backend for Django's task framework, "
+            "coming, will run @task functions as workflows)"
+        )
+    return f"{obj!r} is not a @workflow function"
+
+
+def _not_discovered(defn: WorkflowDef, verb: str) -> None:
+    """Refuse to start a run that no worker could execute: the workflow was registered
+    after Django started, so a worker, which imports only what starting Django imports,
+    would fail the run for good with "unknown workflow". In Django's test environment
+    ``everystep.testing`` runs it in the test process, so there it is a warning."""
+    from everystep import conf
+
+    module = getattr(defn.fn, "__module__", None) or "?"
+    if module == "__main__":
+        where = "in the script being run (module '__main__'), which no worker can import"
+        fix = "move it to a module listed in EVERYSTEP_WORKFLOW_MODULES"
+    else:
+        where = f"in module {module!r}, which workers do not import"
+        fix = f"add {module!r} to the setting EVERYSTEP_WORKFLOW_MODULES"
+    message = (
+        f"cannot {verb} workflow {defn.name}: it is defined {where}, so a worker would fail "
+        'the run with "unknown workflow". Define it in an installed app\'s workflows.py '
+        f"(or import it from there), or {fix}"
+    )
+    if not conf.in_test_environment():
+        raise EverystepError(message)
+    # stacklevel: past this function, _run_of() and schedule()/start(), to their caller.
+    warnings.warn(
+        f"{message} (a warning in tests: everystep.testing.run_due() runs it in this process)",
+        WorkflowNotDiscoveredWarning,
+        stacklevel=4,
+    )
 
 
 # Once per definition, not per schedule: ``inspect.signature`` reads the code object and

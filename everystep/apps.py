@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from importlib import import_module
+
 from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
 
@@ -10,7 +12,7 @@ class EverystepConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from everystep import checks, logs, metrics, sentry  # noqa: F401  (signal receivers)
+        from everystep import checks, conf, logs, metrics, sentry  # noqa: F401  (receivers)
 
         metrics.install()
         sentry.install()
@@ -18,3 +20,10 @@ class EverystepConfig(AppConfig):
         # so a worker knows every @workflow before its first claim, whatever it was started
         # by (manage.py everystep_worker, the runner, an embedded Worker).
         autodiscover_modules("workflows")
+        # Then the modules the project names; an invalid setting is a system check error.
+        for module in conf.workflow_modules()[0]:
+            try:
+                import_module(module)
+            except Exception as exc:
+                exc.add_note(f"(importing {module!r}, named in EVERYSTEP_WORKFLOW_MODULES)")
+                raise

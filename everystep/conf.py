@@ -8,6 +8,7 @@ in ``everystep.checks``.
 
 from __future__ import annotations
 
+import sys
 from functools import cache
 from typing import Any
 
@@ -29,6 +30,9 @@ DEFAULTS: dict[str, object] = {
     # everystep.view_workflow), "public" (anyone: only behind a network that limits who
     # reaches it), or "off" (404).
     "EVERYSTEP_METRICS_VIEW": "permission",
+    # Modules besides every installed app's ``workflows`` that every process imports as
+    # Django starts, so a worker knows the workflows defined in them.
+    "EVERYSTEP_WORKFLOW_MODULES": (),
 }
 
 METRICS_VIEW_MODES = ("permission", "public", "off")
@@ -85,6 +89,34 @@ def metrics_view_mode() -> str:
     rule (the system checks report a wrong value)."""
     mode = get("EVERYSTEP_METRICS_VIEW")
     return mode if mode in ("public", "off") else "permission"
+
+
+def workflow_modules() -> tuple[list[str], bool]:
+    """``EVERYSTEP_WORKFLOW_MODULES`` and whether it is valid: a list or tuple of dotted
+    module names. An invalid value gives none (the system checks report it)."""
+    value = get("EVERYSTEP_WORKFLOW_MODULES")
+    if isinstance(value, list | tuple) and all(
+        isinstance(module, str) and module.strip() for module in value
+    ):
+        return [str(module) for module in value], True
+    return [], False
+
+
+def in_test_environment() -> bool:
+    """Whether Django's test environment is set up (``setup_test_environment()``, which
+    Django's test runner and pytest-django call, has run and not been torn down).
+
+    Django's own marker, ``_TestState.saved_data``, is exact: it exists from setup to
+    teardown, and Django reads it to refuse a second setup. ``mail.outbox`` is no proof on
+    its own: the locmem email backend creates it in any process that sends mail. It is the
+    fallback only for a Django without ``_TestState``."""
+    test_utils = sys.modules.get("django.test.utils")
+    if test_utils is None:  # imported by setup_test_environment()'s caller: not set up
+        return False
+    state = getattr(test_utils, "_TestState", None)
+    if state is not None:
+        return hasattr(state, "saved_data")
+    return hasattr(sys.modules.get("django.core.mail"), "outbox")
 
 
 def worker_default(name: str) -> Any:

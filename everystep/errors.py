@@ -193,6 +193,14 @@ class RunGone(ClaimLost):
     """Internal: the run's row no longer exists (deleted while it was being executed)."""
 
 
+class WorkflowNotDiscoveredWarning(UserWarning):
+    """``schedule()`` or ``start()`` of a workflow that workers would not know, in Django's
+    test environment: its module is neither an installed app's ``workflows`` module (nor
+    imported by one) nor in ``EVERYSTEP_WORKFLOW_MODULES``. Outside tests the same case
+    raises ``EverystepError``; in tests a workflow defined in a test module is common,
+    and ``everystep.testing.run_due()`` runs it in the test process, so it only warns."""
+
+
 __all__ = [
     "AlreadyRecorded",
     "ClaimLost",
@@ -213,4 +221,5 @@ __all__ = [
     "TooManyRecoveries",
     "WaitTimeout",
     "WorkflowCodeError",
+    "WorkflowNotDiscoveredWarning",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,11 @@ class StepDef:
 
 _lock = threading.Lock()
 _workflows: dict[str, WorkflowDef] = {}
+# The names registered while Django started (settings, models, every app's ready(), so
+# every installed app's ``workflows`` module and EVERYSTEP_WORKFLOW_MODULES): a worker
+# starting from the same code registers them too. A name first registered later (by a
+# view, a script, a test module) is known to this process only.
+_discovered: set[str] = set()
 
 
 def register(defn: WorkflowDef) -> None:
@@ -46,6 +52,22 @@ def register(defn: WorkflowDef) -> None:
                 f"{qualified_name(existing.fn)}; cannot also register {qualified_name(defn.fn)}"
             )
         _workflows[defn.name] = defn
+        if not _started():
+            _discovered.add(defn.name)
+
+
+def _started() -> bool:
+    """Whether Django's app registry has finished starting (every ``ready()`` has run).
+    Read from ``sys.modules``: this module must not import Django."""
+    django_apps = sys.modules.get("django.apps")
+    return django_apps is not None and bool(django_apps.apps.ready)
+
+
+def known_to_workers(name: str) -> bool:
+    """Whether a worker started from this code registers workflow ``name`` too: it was
+    registered while Django started. Before Django has finished starting nothing is
+    known yet, so everything passes."""
+    return name in _discovered or not _started()
 
 
 def replace(name: str, fn: Callable[..., Any]) -> WorkflowDef | None:

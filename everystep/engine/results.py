@@ -202,18 +202,37 @@ def _block(ids: list[uuid.UUID], limit: timedelta | None, what: str) -> list[dic
         raise EverystepError(f"{what}: {exc}") from exc
 
 
+def _in_transaction(what: str) -> str | None:
+    """Why ``what`` must not wait here, if a transaction is open: waiting would hold it
+    open until the runs end, and under REPEATABLE READ (MariaDB) or SQLite it never sees
+    them end. Any alias: one on the project's own database is as wrong as everystep's."""
+    open_ = [conn for conn in connections.all(initialized_only=True) if conn.in_atomic_block]
+    if not open_:
+        return None
+    # Django marks the transactions a TestCase (or pytest-django's ``django_db``) wraps
+    # each test in: leaving the caller's own atomic() would not help there.
+    if any(getattr(block, "_from_testcase", False) for c in open_ for block in c.atomic_blocks):
+        return (
+            f"{what} cannot wait inside a transaction, and this test runs inside one (a "
+            "TestCase, or pytest's django_db without transaction=True) that no worker can "
+            "see into: in a TestCase call everystep.testing.run_due() first, which runs "
+            f"the due runs in the test, and {what} then returns at once"
+        )
+    return (
+        f"{what} cannot wait inside a database transaction: it would hold the "
+        "transaction open until the runs end (and, with a run scheduled in it, forever, "
+        "since no worker sees that run before the commit): call it outside "
+        "transaction.atomic() (and ATOMIC_REQUESTS)"
+    )
+
+
 def _poll(ids: list[uuid.UUID], limit: timedelta | None, what: str) -> list[dict[str, Any]]:
     ended = _outcomes(ids, what)
     if ended is not None:
         return ended
-    # Any alias: a transaction on the project's own database, held open for as long as
-    # the runs take, is as wrong as one on everystep's.
-    if any(conn.in_atomic_block for conn in connections.all(initialized_only=True)):
-        raise EverystepError(
-            f"{what} would wait inside a database transaction, holding it open until the "
-            "runs end (and, with a run scheduled in it, forever): call it outside "
-            "transaction.atomic() (and ATOMIC_REQUESTS)"
-        )
+    refusal = _in_transaction(what)
+    if refusal is not None:
+        raise EverystepError(refusal)
     deadline = None if limit is None else time.monotonic() + limit.total_seconds()
     with store.EndedListener() as listener:
         if listener.listening:
