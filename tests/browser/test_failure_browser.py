@@ -1,6 +1,6 @@
 """A failed run's page in a real browser, against the runner's ``demo`` role: its
-traceback and its failed step's are collapsed until asked for, and the page passes
-axe-core. The demo's ``demo.sync_catalogue`` of five pages fails on page 3."""
+traceback is open, its stored error JSON and its failed step's traceback are collapsed
+until asked for, and the page passes axe-core. The demo's ``demo.sync_catalogue`` of five pages fails on page 3."""
 
 from __future__ import annotations
 
@@ -42,18 +42,24 @@ def open_failed_run(ui: BrowserPage) -> None:
         failed_sync(ui).locator("a.es-id").click()
 
 
-def test_failed_run_shows_its_traceback_collapsed(ui: BrowserPage) -> None:
-    """The run's traceback sits closed under its error; opening it shows the text with
-    the user's raising frame; the failed step's row has its own, also closed."""
+def test_failed_run_shows_its_traceback_open_and_its_json_folded(ui: BrowserPage) -> None:
+    """The run's traceback is open under its error, with the user's raising frame; the
+    error's stored JSON is closed until asked for; the failed step's row has its own
+    traceback, closed."""
     page = ui.page
     open_failed_run(ui)
     expect()(page.locator("h1 .es-badge.es-failed")).to_have_text("failed")
     expect()(page.locator("p.es-error").first).to_contain_text("upstream timed out on page 3")
 
+    fields = page.locator("h2:has-text('Error') ~ details.es-error-fields").first
+    expect()(fields.locator("summary")).to_have_text("Stored error (JSON)")
+    expect()(fields.locator("pre.es-json")).to_be_hidden()
+    fields.locator("summary").click()
+    expect()(fields.locator("pre.es-json")).to_be_visible()
+    expect()(fields.locator("pre.es-json")).to_contain_text("upstream timed out on page 3")
+
     run_trace = page.locator("h2:has-text('Error') ~ details.es-traceback").first
     expect()(run_trace.locator("summary")).to_have_text("Traceback")
-    expect()(run_trace.locator("pre.es-trace")).to_be_hidden()
-    run_trace.locator("summary").click()
     expect()(run_trace.locator("pre.es-trace")).to_be_visible()
     expect()(run_trace.locator("pre.es-trace")).to_contain_text(
         "Traceback (most recent call last):"
@@ -78,12 +84,14 @@ def test_failed_run_shows_its_traceback_collapsed(ui: BrowserPage) -> None:
 
 
 def test_failed_run_page_passes_the_axe_core_rules(ui: BrowserPage, axe_source: str) -> None:
-    """axe-core finds no violation on a failed run's page, its tracebacks open or shut;
-    no rule is disabled."""
+    """axe-core finds no violation on a failed run's page, its tracebacks and stored error
+    open or shut; no rule is disabled."""
     page = ui.page
     open_failed_run(ui)
     assert axe_violations(page, axe_source) == []
-    for summary in page.locator("details.es-traceback > summary").all():
+    for summary in page.locator(
+        "details.es-traceback > summary, details.es-error-fields > summary"
+    ).all():
         summary.click()
     assert axe_violations(page, axe_source) == []
     ui.assert_no_console_errors()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 from datetime import timedelta
 from html import escape
 from typing import Any
@@ -245,16 +246,25 @@ def test_everystep_show_prints_the_tracebacks():
     assert detail["steps"][0]["error"]["traceback"] == first_step(run).error["traceback"]
 
 
-def test_run_page_shows_tracebacks_collapsed(staff):
-    """The run page shows the run's traceback and the failed step's, each inside a
-    closed <details>, and keeps them out of the error's JSON."""
+def test_run_page_opens_the_run_traceback_and_folds_the_rest(staff):
+    """The run page shows the run's traceback in an open <details> and the error's stored
+    JSON (without the traceback) in a closed one; the failed step's traceback sits in its
+    row, closed."""
     run = finished(schedule(checkout, 7))
     html = page(staff, run)
     run_trace = escape(run.error["traceback"], quote=True)
     assert (
-        '<details class="es-traceback"><summary>Traceback</summary>'
+        '<details class="es-traceback" open><summary>Traceback</summary>'
         f'<pre class="es-trace">{run_trace}</pre></details>'
     ) in html
+    fields = re.search(
+        r'<details class="es-error-fields"><summary>Stored error \(JSON\)</summary>'
+        r'<pre class="es-json">(.*?)</pre></details>',
+        html,
+        re.DOTALL,
+    )
+    assert fields is not None, html
+    assert "card declined for 7" in fields[1] and "traceback" not in fields[1]
     step_trace = escape(first_step(run).error["traceback"], quote=True)
     assert (
         '<summary>Traceback<span class="es-sr"> of step 1</span></summary>'

@@ -255,6 +255,28 @@ def test_run_without_steps_has_no_graph(staff):
     assert 'class="es-graph"' not in html
 
 
+def test_run_page_shows_a_result_only_for_a_run_that_has_one(staff):
+    """A scheduled or running run has no Result box (no "null" standing for a result
+    not there yet); a completed run shows its result, a None result too."""
+    for status in (Status.SCHEDULED, Status.RUNNING, Status.BLOCKED):
+        html = page(staff, run_url(make_run(status).id))
+        assert "<h2>Result</h2>" not in html, status
+    done = make_run(Status.COMPLETED, result={"shipped": 3})
+    assert "<h2>Result</h2>" in page(staff, run_url(done.id))
+    returned_none = make_run(Status.COMPLETED, result=None)
+    assert '<h2>Result</h2>\n<pre class="es-json">null</pre>' in page(
+        staff, run_url(returned_none.id)
+    )
+
+
+def test_run_page_shows_the_idempotency_key_only_when_the_run_has_one(staff):
+    """No empty "Idempotency key" row for a run scheduled without a key; the key when
+    it has one."""
+    assert "Idempotency key" not in page(staff, run_url(make_run().id))
+    keyed = make_run(idempotency_key="order-42")
+    assert "<dt>Idempotency key</dt><dd>order-42</dd>" in page(staff, run_url(keyed.id))
+
+
 def test_unknown_run_is_404(staff):
     """A run id that does not exist gives 404."""
     assert staff.get(run_url(uuid.uuid4())).status_code == 404
