@@ -15,7 +15,7 @@ from everystep import serde
 from everystep.errors import EverystepError
 from everystep.models import Event, Status
 from everystep.store import bulk
-from everystep.store.reports import RunWait
+from everystep.store.reports import ID_PREFIX_MIN, RunWait, id_digits, runs_by_id_prefix
 from everystep.times import parse_moment
 
 # An argument echoed in an error message is cut to this many characters, so a pasted
@@ -34,12 +34,38 @@ def clipped(value: str) -> str:
     return text if len(text) <= SHOWN else text[:SHOWN] + "…"
 
 
+# Runs an ambiguous id prefix's error names, of all it matches.
+PREFIX_SHOWN = 3
+# How a run id argument's help says what ``checked_run_id`` takes.
+RUN_ID_HELP = f"a UUID, or its first {ID_PREFIX_MIN}+ hex digits if no other run's id starts so"
+
+
 def checked_run_id(value: str) -> str:
-    """``value`` as a canonical run id (a UUID), else a ``CommandError`` saying so."""
+    """``value`` as a canonical run id: a UUID as it is (whether a run has it is the
+    caller's question), or the id of the one run whose id starts with ``value`` (at least
+    ``ID_PREFIX_MIN`` hex digits, dashes and case ignored, as the UI's search takes
+    them); else a ``CommandError`` saying why: not an id, no such run, or several."""
     try:
         return str(uuid.UUID(value))
     except ValueError:
-        raise CommandError(f"{shown(value)} is not a run id (a UUID)") from None
+        pass
+    digits = id_digits(value)
+    if digits is None:
+        raise CommandError(
+            f"{shown(value)} is not a run id (a UUID, or its first {ID_PREFIX_MIN} or more "
+            "hex digits)"
+        )
+    found = runs_by_id_prefix(digits, PREFIX_SHOWN)
+    if found.count == 0:
+        raise CommandError(f"no run with id {clipped(value)} (or an id starting with it)")
+    if found.count > 1:
+        some = ", ".join(f"{run.id} ({clipped(run.name)})" for run in found.runs)
+        more = ", …" if found.count > len(found.runs) else ""
+        raise CommandError(
+            f"run id prefix {clipped(value)} matches {found.count:,} runs ({some}{more}); "
+            "give more of the id"
+        )
+    return str(found.runs[0].id)
 
 
 @overload

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from everystep import store
 from everystep.errors import EverystepError
 from everystep.management.options import (
+    RUN_ID_HELP,
     add_filter_arguments,
     batch_size,
     checked_text,
@@ -84,7 +85,7 @@ class RunActionCommand(EverystepCommand, metaclass=ABCMeta):
         """Act on every run ``run_filter`` matches, ``size`` a batch; how many changed."""
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("run_id", nargs="?", help="the run's id (a UUID)")
+        parser.add_argument("run_id", nargs="?", help=f"the run's id ({RUN_ID_HELP})")
         parser.add_argument("--reason", default="", metavar="TEXT", help="why, for the audit")
         add_filter_arguments(parser)
 

@@ -13,6 +13,7 @@ from everystep.engine.rerun import fork_run
 from everystep.errors import EverystepError
 from everystep.management.commands._base import EverystepCommand
 from everystep.management.options import (
+    RUN_ID_HELP,
     add_filter_arguments,
     batch_size,
     checked_json,
@@ -40,7 +41,7 @@ class Command(EverystepCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("run_id", nargs="?", help="the finished run's id (a UUID)")
+        parser.add_argument("run_id", nargs="?", help=f"the finished run's id ({RUN_ID_HELP})")
         parser.add_argument(
             "--from-step",
             metavar="ID",

@@ -10,7 +10,7 @@ from django.core.management.base import CommandError, CommandParser
 from everystep import store
 from everystep.errors import EverystepError
 from everystep.management.commands._base import EverystepCommand
-from everystep.management.options import checked_run_id, checked_text
+from everystep.management.options import RUN_ID_HELP, checked_run_id, checked_text
 from everystep.models import Workflow
 from everystep.store.audit import Actor
 
@@ -25,7 +25,7 @@ class Command(EverystepCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("run_id", help="id of the blocked run")
+        parser.add_argument("run_id", help=f"id of the blocked run ({RUN_ID_HELP})")
         parser.add_argument("step_id", help="id of its started step, e.g. 2 or fan.0.charge")
         mode = parser.add_mutually_exclusive_group(required=True)
         mode.add_argument("--result", metavar="JSON", help="the step's result, as JSON")

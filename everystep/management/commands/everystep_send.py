@@ -11,6 +11,7 @@ from everystep import store
 from everystep.errors import EverystepError
 from everystep.management.commands._base import EverystepCommand
 from everystep.management.options import (
+    RUN_ID_HELP,
     checked_event_name,
     checked_json,
     checked_run_id,
@@ -29,7 +30,7 @@ class Command(EverystepCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("run_id", help="the run's id (a UUID)")
+        parser.add_argument("run_id", help=f"the run's id ({RUN_ID_HELP})")
         parser.add_argument("name", help="the event's name, as the workflow's wait_for() names it")
         parser.add_argument("--payload", metavar="JSON", help="the event's payload (default null)")
         parser.add_argument("--reason", default="", help="why, kept in the audit entry")

@@ -12,7 +12,7 @@ from django.core.management.base import CommandError, CommandParser
 from everystep import serde, store
 from everystep.failure_detail import stopped_at
 from everystep.management.commands._base import EverystepCommand
-from everystep.management.options import checked_run_id, wait_json, wait_text
+from everystep.management.options import RUN_ID_HELP, checked_run_id, wait_json, wait_text
 from everystep.models import Status, Step, Workflow
 from everystep.store.lineage import Lineage, run_lineage
 from everystep.store.reports import Family, run_family, run_wait
@@ -42,7 +42,7 @@ class Command(EverystepCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("run_id", help="the run's id (a UUID)")
+        parser.add_argument("run_id", help=f"the run's id ({RUN_ID_HELP})")
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
