@@ -86,8 +86,8 @@ def test_a_restart_after_sigkill_waits_for_the_dead_beat_then_catches_up(workers
     )
     doomed.signal(signal.SIGKILL)
     doomed.wait(30)
-    # A heartbeat of 4 s: the killed worker's row, a second or two old, is watched.
-    again = workers("lazarus", "--heartbeat", "4", "--orphan-timeout", "0", *FAST)
+    # A heartbeat of 6 s: the killed worker's row, seconds old, is watched (up to 12 s).
+    again = workers("lazarus", "--heartbeat", "6", "--orphan-timeout", "0", *FAST)
     wait_until(lambda: Workflow.objects.get(id=run.id).status == "completed", 90, "the run")
     log = again.log()
     assert f"(host {socket.gethostname()} pid {doomed.pid}): watching its heartbeat" in log
