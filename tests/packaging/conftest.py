@@ -61,9 +61,11 @@ def distributions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Distrib
 @pytest.fixture(scope="session")
 def venv(tmp_path_factory: pytest.TempPathFactory, distributions: dict[str, Distribution]) -> Path:
     """A new virtualenv with the library's wheel installed (Django comes as its
-    dependency, from the package index); returns its ``bin`` directory."""
+    dependency, from the package index); returns its ``bin`` directory. Its Python is this
+    one, or ``QUICKSTART_PYTHON`` (a Python >= 3.12 gets Django 6 from the index)."""
     home = tmp_path_factory.mktemp("venv") / "venv"
-    run([sys.executable, "-m", "venv", home], env=clean_env())
+    python = os.environ.get("QUICKSTART_PYTHON") or sys.executable
+    run([python, "-m", "venv", home], env=clean_env())
     wheel = distributions["everystep"].wheel
     run([home / "bin" / "python", "-m", "pip", "install", "--quiet", wheel], env=clean_env())
     return home / "bin"

@@ -12,6 +12,11 @@ between; the comments are invisible on the site). The actions:
 - ``write PATH`` (```python): written as the new file ``PATH`` of the project.
 - ``run`` (```sh): run with bash in the project directory; it must exit 0.
 - ``worker`` (```sh, one command): started in the background as the worker process.
+- ``shell`` (```python, after the worker): run with ``python manage.py shell`` in the
+  project directory while the worker runs, after ``from MODULE import *`` of each module the
+  page wrote (the page's examples share one namespace; a user imports them in the shell).
+  Consecutive ``shell`` blocks run in one shell, as a user types them one after the other,
+  and that shell runs several times, so a block that races the worker fails here.
 
 Blocks are applied in the order of the page.
 """
@@ -34,6 +39,7 @@ LANGUAGES = {
     "write": "python",
     "run": "sh",
     "worker": "sh",
+    "shell": "python",
 }
 TARGETED = {"append", "write"}
 EXTEND = re.compile(r"^(?P<name>[A-Z_][A-Z0-9_]*) = \[\.\.\.,\s*", re.MULTILINE)
