@@ -1,6 +1,7 @@
 """A failed run's page in a real browser, against the runner's ``demo`` role: its
 traceback is open, its stored error JSON and its failed step's traceback are collapsed
-until asked for, and the page passes axe-core. The demo's ``demo.sync_catalogue`` of five pages fails on page 3."""
+until asked for, and the page passes axe-core. The demo's ``demo.sync_catalogue`` of five
+pages fails on page 3."""
 
 from __future__ import annotations
 
