@@ -13,7 +13,7 @@ import logging
 import time
 from typing import Any
 
-from everystep import signals
+from everystep import signals, wait_words
 from everystep.serde import escape_controls
 
 logger = logging.getLogger("everystep.run")
@@ -112,14 +112,15 @@ def _on_run_requeued(kwargs: dict[str, Any]) -> None:
 
 
 def _on_run_suspended(kwargs: dict[str, Any]) -> None:
-    due, events = kwargs["due"], sorted(kwargs["events"])
-    until = f"until {due.isoformat()}" if due is not None else ""
-    awaited = f"for event {', '.join(events)}" if events else ""
+    due, events, runs = kwargs["due"], kwargs["events"], kwargs["runs"]
+    # Worded as the commands word a wait: "sleeps until T", "waits for run ID".
+    kind = "event" if events or runs else "sleep"
+    until = "" if due is None else due.isoformat()
     logger.info(
-        "run %s (%s) waits %s",
+        "run %s (%s) %s",
         kwargs["run_id"],
         kwargs["workflow"],
-        " ".join(part for part in (awaited, until) if part),
+        wait_words.in_words(kind, until, wait_words.awaited(events, runs)),
         extra=_fields("run.waiting", kwargs),
     )
 

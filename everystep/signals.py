@@ -62,7 +62,8 @@ step_recorded = Lifecycle()
 #: ``exc`` (the exception object, or None).
 run_finished = Lifecycle()
 #: A pass ended at a sleep or a wait: the run is released until it is due. Extra:
-#: ``due`` (datetime, or None for an event with no timeout), ``events`` (names awaited).
+#: ``due`` (datetime, or None for an event with no timeout), ``events`` (names awaited),
+#: ``runs`` (ids of the runs awaited, by ``result``/``gather``).
 run_suspended = Lifecycle()
 #: A run resumed at the end of the wait it was released for. Extra: ``step_id``,
 #: ``lateness`` (seconds between the intended and the actual wake).

@@ -186,6 +186,7 @@ def _settle(
                 runner=claim.runner,
                 due=exc.due,
                 events=exc.events,
+                runs=exc.runs,
             )
             return PassResult("waiting", exc)
         return _abandon(claim, workflow, "claim lost before the run could wait")

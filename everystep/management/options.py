@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable
 from datetime import datetime
@@ -17,6 +16,7 @@ from everystep.models import Event, Status
 from everystep.store import bulk
 from everystep.store.reports import ID_PREFIX_MIN, RunWait, id_digits, runs_by_id_prefix
 from everystep.times import parse_moment
+from everystep.wait_words import in_words
 
 # An argument echoed in an error message is cut to this many characters, so a pasted
 # megabyte still gives a one-line message.
@@ -116,30 +116,12 @@ def checked_json(text: str, flag: str) -> Any:
         raise CommandError(str(exc)) from None
 
 
-# How a run's ``waiting_for`` ends when it awaits runs (``result``, ``gather``), after
-# the events it awaits, if any: "run <id>" for one run, "<n> runs" for several.
-_AWAITED_RUNS = re.compile(r"(?:^|, )(run [0-9a-f-]{36}|[0-9]+ runs)$")
-
-
 def wait_text(wait: RunWait, when: Callable[[datetime], str]) -> str:
     """A waiting run's wait in words, its times written by ``when``: "starts at T",
     "sleeps until T", "waits for event approval until T" (no "until" without a timeout),
-    "waits for run ID", "waits for 3 runs"."""
+    "waits for run ID", "waits for 3 runs" (the worker's log says it so too)."""
     until = "" if wait.until is None else when(wait.until)
-    if wait.kind == "start":
-        return f"starts at {until}"
-    if wait.kind == "sleep":
-        return f"sleeps until {until}"
-    return f"waits for {_awaited(wait.events)}" + (f" until {until}" if until else "")
-
-
-def _awaited(waiting_for: str) -> str:
-    runs = _AWAITED_RUNS.search(waiting_for)
-    events = waiting_for if runs is None else waiting_for[: runs.start()]
-    noun = "events" if "," in events else "event"
-    said = [f"{noun} {events}"] if events else []
-    said += [runs.group(1)] if runs is not None else []
-    return " and ".join(said) or "an event"
+    return in_words(wait.kind, until, wait.events)
 
 
 def wait_json(wait: RunWait | None) -> dict[str, Any] | None:

@@ -44,6 +44,7 @@ from everystep.store.guard import guarded
 from everystep.store.sql import RUNS, STEPS, Vendor, current, fenced, vendor_of
 from everystep.store.wake import notify_due
 from everystep.values import Claim
+from everystep.wait_words import awaited
 
 logger = logging.getLogger("everystep.run")
 
@@ -384,9 +385,4 @@ def suspend_run(
 
 def _waiting_for(events: frozenset[str], pending: list[uuid.UUID]) -> str | None:
     """What a waiting run awaits, for operators: its events, or the runs it awaits."""
-    shown = sorted(events)
-    if len(pending) == 1:
-        shown.append(f"run {pending[0]}")
-    elif pending:
-        shown.append(f"{len(pending)} runs")
-    return ", ".join(shown)[:255] or None
+    return awaited(events, pending)[:255] or None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import threading
 import time
 from io import StringIO
@@ -373,3 +374,25 @@ def test_a_wake_that_fails_leaves_the_outcome_and_the_sweep_wakes_the_waiter(mon
     assert store.sweep() == 1
     run_due()
     assert fresh(parent).result == "value 'late'"
+
+
+def waiting_lines(caplog: pytest.LogCaptureFixture, run: Workflow) -> list[str]:
+    """The worker's "run.waiting" log lines about ``run``, in order."""
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if getattr(record, "event", "") == "run.waiting" and record.run_id == str(run.id)
+    ]
+
+
+def test_a_parent_waiting_for_children_logs_which_runs(caplog):
+    """The log line of a parent released at result() names the child it waits for, and
+    at gather() how many children, as everystep_show words a wait."""
+    one, many = schedule(cw.parent_one, 5), schedule(cw.parent_many, 3)
+    with caplog.at_level(logging.INFO, logger="everystep.run"):
+        run_due()
+    (child,) = children(one)
+    prefix = f"run {one.id} ({one.name}) "
+    assert waiting_lines(caplog, one) == [f"{prefix}waits for run {child.id}"]
+    prefix = f"run {many.id} ({many.name}) "
+    assert waiting_lines(caplog, many) == [f"{prefix}waits for 3 runs"]

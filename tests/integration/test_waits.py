@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import datetime, timedelta
 
@@ -193,3 +194,26 @@ def test_a_repeated_send_does_not_push_a_woken_run_back():
     time.sleep(0.01)
     assert send(run.id, "approval", 2) is False
     assert fresh(run).due_at == woken
+
+
+def test_the_log_words_a_sleep_and_an_event_wait_as_the_commands_do(caplog):
+    """A run released at a sleep logs "sleeps until T"; at wait_for with a timeout,
+    "waits for event NAME until T"; without one, "waits for event NAME"."""
+    napping, timed, open_ended = (
+        schedule(ww.napper, 60),
+        schedule(ww.approval, 4, 60),
+        schedule(ww.approval, 5, None),
+    )
+    with caplog.at_level(logging.INFO, logger="everystep.run"):
+        run_due()
+    lines = {
+        record.run_id: record.getMessage().split(") ", 1)[1]
+        for record in caplog.records
+        if getattr(record, "event", "") == "run.waiting"
+    }
+    due = {run.id: fresh(run).due_at for run in (napping, timed)}
+    assert lines == {
+        str(napping.id): f"sleeps until {due[napping.id].isoformat()}",
+        str(timed.id): f"waits for event approval until {due[timed.id].isoformat()}",
+        str(open_ended.id): "waits for event approval",
+    }
