@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "everystep.tracing",
             "everystep.serde",
             "everystep.failure_detail",
+            "everystep.wait_words",
             "everystep.times",
             "everystep.registry",
             "everystep.conf",
