@@ -65,8 +65,8 @@ def _started() -> bool:
 
 def known_to_workers(name: str) -> bool:
     """Whether a worker started from this code registers workflow ``name`` too: it was
-    registered while Django started. Before Django has finished starting nothing is
-    known yet, so everything passes."""
+    registered while Django started. Asked before Django has finished starting, the
+    answer is not settled yet, and it is yes."""
     return name in _discovered or not _started()
 
 
