@@ -7,7 +7,8 @@ set ``DEBUG``, ``USE_TZ`` and ``TIME_ZONE`` (pytest keeps this ``DEBUG``:
 The database comes from ``EVERYSTEP_TEST_DB``: ``sqlite`` (default), ``postgres`` or
 ``mariadb``. Each pytest session creates its own database with a random name and drops
 it at the end; server coordinates can be overridden with ``EVERYSTEP_TEST_PG_*`` /
-``EVERYSTEP_TEST_MYSQL_*``.
+``EVERYSTEP_TEST_MYSQL_*``. SQLite runs with the OPTIONS the docs recommend
+(``transaction_mode`` IMMEDIATE) unless ``EVERYSTEP_TEST_SQLITE_DEFAULT_TXN=1``.
 """
 
 from __future__ import annotations
@@ -29,13 +30,19 @@ if BACKEND == "sqlite":
         "EVERYSTEP_TEST_SQLITE_DIR", tempfile.mkdtemp(prefix="everystep-test-")
     )
     _path = os.path.join(_dir, f"{TEST_DB_NAME}.sqlite3")
+    # The OPTIONS docs/running/databases.md gives users (and the runner adds to every
+    # sqlite URL): wait for the write lock instead of failing, take it at BEGIN, WAL.
+    # EVERYSTEP_TEST_SQLITE_DEFAULT_TXN=1 keeps Django's default (deferred) BEGIN, which
+    # one tier of `make test` runs with (see the Makefile).
+    _options: dict[str, Any] = {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"}
+    if os.environ.get("EVERYSTEP_TEST_SQLITE_DEFAULT_TXN") != "1":
+        _options["transaction_mode"] = "IMMEDIATE"
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": _path,
             "TEST": {"NAME": _path},
-            # Several threads and processes write: wait for the lock instead of failing.
-            "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
+            "OPTIONS": _options,
         }
     }
 elif BACKEND == "postgres":

@@ -298,17 +298,16 @@ def immediate() -> Iterator[BaseDatabaseWrapper]:
     """everystep's SQLite connection, reconnected with transaction_mode IMMEDIATE whatever
     the tier's settings say (EVERYSTEP_TEST_SQLITE_DEFAULT_TXN)."""
     conn = database.connection()
-    options = conn.settings_dict["OPTIONS"]
-    saved = dict(options)
+    saved = conn.settings_dict["OPTIONS"]
     conn.close()
-    options["transaction_mode"] = "IMMEDIATE"
+    # A new dict: another alias's settings may share this one.
+    conn.settings_dict["OPTIONS"] = {**saved, "transaction_mode": "IMMEDIATE"}
     try:
         conn.ensure_connection()
         yield conn
     finally:
         conn.close()
-        options.clear()
-        options.update(saved)
+        conn.settings_dict["OPTIONS"] = saved
 
 
 @pytest.mark.backends("sqlite")
@@ -355,6 +354,7 @@ def test_on_an_unmigrated_sqlite_database_with_begin_immediate_the_check_says_to
     with transaction_mode IMMEDIATE, exits 2 with the one "run migrate" line."""
     (tmp_path / "fresh_settings.py").write_text(FRESH_SETTINGS)
     env = worker_env(str(tmp_path))
+    env.pop("EVERYSTEP_TEST_ALIAS", None)  # one database, "default", as most projects
     env.update(
         {
             "DJANGO_SETTINGS_MODULE": "fresh_settings",
