@@ -206,7 +206,7 @@ def runs_by_id_prefix(digits: str, shown: int) -> PrefixMatch:
     first = list(in_range.only("id", "name", "status").order_by("id")[: shown + 1])
     # Checked row by row, as the search does (``_found_by``: MariaDB's UUID order).
     runs = [run for run in first if run.id.hex.startswith(digits)]
-    # Counted only when there are more than shown: an index range, never the runs' rows.
+    # Counted only when there are more than shown, on the same primary-key range.
     count = len(runs) if len(first) <= shown else in_range.count()
     return PrefixMatch(runs[:shown], count)
 
