@@ -23,13 +23,23 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
+import time
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+from django.db import connections
+from django.db.models.signals import post_save
 
+from everystep import store
+from everystep.engine.execute import run_pass
+from everystep.models import Workflow
+from everystep.values import Claim
 from tests.markdown import fences
+from tests.packaging import quickstart_page
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -123,6 +133,59 @@ def _anchors(page: Path) -> set[str]:
 def test_page_examples_run(page: Path):
     """Every runnable example of the page runs, in order, without error (their own
     asserts check what the text claims)."""
+    run_examples(page)
+
+
+@dataclass
+class LateWorker:
+    """Stands for the worker the quickstart starts: it claims each run the moment it is
+    scheduled, before the example's own ``run_due()`` can, and ends it a moment later,
+    in a thread of its own, after ``run_due()`` has found nothing to do."""
+
+    runner: str = "quickstart-worker"
+    threads: list[threading.Thread] = field(default_factory=list)
+    ran: list[str] = field(default_factory=list)
+
+    def claim(self, sender: Any, instance: Workflow, created: bool, **kwargs: Any) -> None:
+        if not created:
+            return
+        for claim in store.claim_due(self.runner, 100):
+            thread = threading.Thread(target=self._finish, args=(claim,))
+            thread.start()
+            self.threads.append(thread)
+
+    def _finish(self, claim: Claim) -> None:
+        try:
+            # The example reads the run meanwhile: a wait, not an assertion on time.
+            time.sleep(0.5)
+            run_pass(claim)
+            self.ran.append(str(claim.run_id))
+        finally:
+            connections.close_all()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_quickstart_run_it_examples_pass_when_the_worker_runs_their_runs():
+    """The quickstart's examples for a shell beside the worker (marked ``shell``) pass
+    when the worker claims their runs first and ends them later: they wait for each
+    run's end; reading its status right after ``run_due()`` failed one try in two."""
+    page = ROOT / "docs" / "quickstart.md"
+    shells = {b.code.strip() for b in quickstart_page.blocks(page) if b.action == "shell"}
+    runnable = {e.code.strip() for e in examples(page) if e.runs}
+    assert shells and shells <= runnable
+    worker = LateWorker()
+    post_save.connect(worker.claim, sender=Workflow)
+    try:
+        run_examples(page)
+    finally:
+        post_save.disconnect(worker.claim, sender=Workflow)
+        for thread in worker.threads:
+            thread.join()
+    assert len(worker.ran) == 2  # the order and the one stopped by Terminal
+
+
+def run_examples(page: Path) -> None:
+    """The page's runnable examples, in order, in the page's own module."""
     name = module_name(page)
     module = types.ModuleType(name)
     module.__file__ = str(page)
