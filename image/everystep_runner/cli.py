@@ -127,12 +127,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _worker(settings: RunnerSettings) -> int:
     _setup(settings)
-    from everystep.errors import EverystepError
+    from everystep.errors import EverystepError, NameInUse
     from everystep.worker import Worker
 
     try:
         worker = Worker(**worker_options(settings))
         clean = worker.run()
+    except NameInUse as exc:
+        # Not a configuration error: the name is right, another live process holds it.
+        # Exit 1, as `manage.py everystep_worker` does.
+        print(f"everystep-runner: {exc}", file=sys.stderr)
+        return 1
     except (ValueError, EverystepError) as exc:
         print(f"everystep-runner: {exc}", file=sys.stderr)
         return 2

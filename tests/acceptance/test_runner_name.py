@@ -4,8 +4,16 @@ takes none of its runs; a restart after SIGKILL waits for the dead beat, then ca
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import os
+import secrets
 import signal
 import socket
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from django.db.models import Count
@@ -15,6 +23,7 @@ from everystep.models import Runner, Step, Workflow
 from tests.acceptance.conftest import wait_until
 from tests.testapp import workflows as wf
 from tests.testapp.models import Execution
+from tests.workers import ROOT
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -97,3 +106,47 @@ def test_a_restart_after_sigkill_waits_for_the_dead_beat_then_catches_up(workers
     assert Runner.objects.get(name="lazarus").pid == again.pid
     again.signal(signal.SIGTERM)
     assert again.wait(60) == 0
+
+
+def _runner(tmp_path: Path, url: str, *args: str) -> list[str]:
+    """The command line of `everystep-runner` with the example project on ``url``."""
+    project = ("--project-dir", str(ROOT / "image" / "example_project"))
+    settings = ("--settings-module", "mysite.settings", "--database-url", url)
+    return [sys.executable, "-m", "everystep_runner", *project, *settings, *args]
+
+
+@pytest.mark.backends("sqlite")
+def test_the_runner_worker_role_refuses_a_live_name_with_exit_1(tmp_path: Path):
+    """The image's default `worker` role, under a name a live runner beats under, exits 1
+    (not the 2 of a configuration error) with one line naming the holder's pid."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("EVERYSTEP_")}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    env.update({"HOME": str(tmp_path), "DJANGO_SECRET_KEY": secrets.token_urlsafe(50)})
+    db = tmp_path / "runner.sqlite3"
+    url = f"sqlite:///{db}"
+    run = functools.partial(
+        subprocess.run, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run(_runner(tmp_path, url, "migrate", "-v", "0")).returncode == 0
+    named = ("--name", "twin", "--heartbeat", "0.2", "--poll", "0.05")
+    log = (tmp_path / "holder.log").open("w")
+    holder = subprocess.Popen(
+        _runner(tmp_path, url, *named), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+
+        def holder_row() -> object:
+            with contextlib.closing(sqlite3.connect(db)) as conn:
+                query = "SELECT pid FROM everystep_runner WHERE name = 'twin'"
+                return conn.execute(query).fetchone()
+
+        assert wait_until(holder_row, 60, "the holder's row") == (holder.pid,)
+        second = run(_runner(tmp_path, url, *named))
+        lines = second.stderr.strip().splitlines()
+        assert second.returncode == 1, second.stderr
+        assert f"pid {holder.pid}" in lines[-1] and "is in use by a live worker" in lines[-1]
+        assert "Traceback" not in second.stderr
+    finally:
+        holder.send_signal(signal.SIGTERM)
+        holder.wait(60)
+        log.close()
