@@ -12,10 +12,11 @@ BASE_IMAGE ?= docker.io/library/python:3.12-slim
 # --build-arg PIP_CERT=/ca.crt (see .ci/run).
 IMAGE_BUILD_FLAGS ?=
 # Django 6 needs Python >= 3.12: `make compat` runs the SQLite tiers once more there, with
-# USE_TZ = False (a project that keeps naive times). Every other SQLite tier runs with the
-# OPTIONS docs/running/databases.md gives users (transaction_mode IMMEDIATE, tests/settings.py);
-# compat is the one that keeps Django's default deferred BEGIN
-# (EVERYSTEP_TEST_SQLITE_DEFAULT_TXN=1), a project that never set transaction_mode.
+# USE_TZ = False (a project that keeps naive times), then the quickstart tier on Django 6.
+# Every other SQLite tier runs with the OPTIONS docs/running/databases.md gives users
+# (transaction_mode IMMEDIATE, tests/settings.py); compat is the one that keeps Django's
+# default deferred BEGIN (EVERYSTEP_TEST_SQLITE_DEFAULT_TXN=1), a project that never set
+# transaction_mode.
 PYTHON_NEXT ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python) \
 	$(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python) \
 	$(shell command -v python3.12 python3.13 2>/dev/null))
@@ -128,6 +129,8 @@ compat:
 	$(VENV_NEXT)/bin/python -c "import django; print('Django', django.__version__)"
 	EVERYSTEP_TEST_DB=sqlite EVERYSTEP_TEST_USE_TZ=0 EVERYSTEP_TEST_SQLITE_DEFAULT_TXN=1 \
 		$(VENV_NEXT)/bin/pytest tests/unit tests/integration tests/acceptance
+	# The quickstart followed once more with this Python, so Django 6 from the index.
+	$(VENV_NEXT)/bin/pytest tests/packaging/test_quickstart_wheel.py
 
 # The runner image, built from the real Dockerfile (docker format keeps the HEALTHCHECK).
 image:
