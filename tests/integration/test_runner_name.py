@@ -20,18 +20,10 @@ from everystep import schedule, store
 from everystep.errors import NameInUse
 from everystep.models import Runner, Workflow
 from everystep.worker import Worker
+from tests.acceptance.conftest import wait_until
 from tests.testapp import workflows as wf
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def wait_for(predicate, timeout: float = 60) -> None:
-    done = threading.Event()
-    for _ in range(int(timeout / 0.05)):
-        if predicate():
-            return
-        done.wait(0.05)
-    raise AssertionError("condition not reached")
 
 
 def foreign_row(name: str, *, age: float = 0.0) -> Runner:
@@ -124,7 +116,7 @@ def test_a_silent_row_is_watched_then_taken_over_and_its_runs_resumed(caplog):
     with caplog.at_level(logging.INFO, logger="everystep.worker"):
         started = Started(name="phoenix", heartbeat=0.5)
         try:
-            wait_for(lambda: Workflow.objects.get(id=run.id).status == "completed")
+            wait_until(lambda: Workflow.objects.get(id=run.id).status == "completed", 60, "the run")
         finally:
             started.worker.stop()
             started.join()
@@ -173,7 +165,7 @@ def test_a_stop_while_watching_the_name_returns_without_taking_it(caplog):
     with caplog.at_level(logging.INFO, logger="everystep.worker"):
         started = Started(name="patient", heartbeat=60)
         events = lambda: [getattr(record, "event", "") for record in caplog.records]  # noqa: E731
-        wait_for(lambda: "worker.name_wait" in events())
+        wait_until(lambda: "worker.name_wait" in events(), 60, "the watch")
     started.worker.stop()
     started.join()
     assert started.returned == [True]
