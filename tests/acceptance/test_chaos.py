@@ -68,9 +68,13 @@ class Fleet:
         """SIGKILL while it holds runs; start ``restart_as`` in its place."""
         proc = self.procs.pop(name)
         self.holding(name)
-        at = time.time()
         proc.signal(signal.SIGKILL)
         proc.wait(30)
+        # The kill's moment is taken once the process is gone: it may still begin a step
+        # between this thread's reading of the clock and SIGKILL's delivery (a CI run on a
+        # busy machine saw one begin in that gap, then counted as a re-execution no
+        # interruption explained). Nothing it began can come after this.
+        at = time.time()
         self.events.append(chaos.Interruption("kill", at, at, chaos.held_runs(name), proc.pid))
         self.launch(restart_as)
 
