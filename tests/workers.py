@@ -4,6 +4,7 @@ test database of the process that starts it."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,3 +36,17 @@ def worker_env(extra_path: str | None = None) -> dict[str, str]:
 def worker_command(name: str, args: list[str]) -> list[str]:
     """``manage.py everystep_worker --name NAME ARGS…`` with this interpreter."""
     return [sys.executable, str(ROOT / "manage.py"), "everystep_worker", "--name", name, *args]
+
+
+def manage(
+    env: dict[str, str], *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``manage.py ARGS…`` with this interpreter and ``env``, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

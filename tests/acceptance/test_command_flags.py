@@ -4,14 +4,12 @@ from every long flag of every command's parser."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 from django.core.management import CommandError, get_commands, load_command_class
 
-from tests.workers import ROOT, worker_env
+from tests.workers import manage, worker_env
 
 UNKNOWN = "01a22f98-917e-79a0-9268-3f7c8434cff5"
 
@@ -67,14 +65,8 @@ def test_every_command_has_a_typo_case() -> None:
 def test_abbreviated_flag_exits_naming_it(name: str, argv: list[str]) -> None:
     """From the shell, an abbreviation of a command's own flag exits 2 naming it and
     does nothing (``everystep_worker --pol 8`` starts no worker)."""
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), name, *argv],
-        cwd=ROOT,
-        env=worker_env(),
-        capture_output=True,
-        timeout=60,
-    )
-    stderr = done.stderr.decode(errors="replace")
+    done = manage(worker_env(), name, *argv, timeout=60)
+    stderr = done.stderr
     typo = next(arg for arg in reversed(argv) if arg.startswith("--"))
     assert done.returncode == 2, stderr
     assert stderr.splitlines()[-1].endswith(

@@ -7,15 +7,15 @@ real worker completes it. The schedules run in ``manage.py shell`` subprocesses.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from everystep.models import Workflow
+from tests import workers
 from tests.acceptance.conftest import wait_until
-from tests.workers import ROOT, worker_env
+from tests.workers import worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,15 +54,9 @@ def project(tmp_path: Path) -> Path:
 
 
 def manage(project: Path, settings: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``manage.py ARGS…`` with ``project`` on the path and ``settings`` as the settings."""
     env = {**worker_env(str(project)), "DJANGO_SETTINGS_MODULE": settings}
-    return subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return workers.manage(env, *args)
 
 
 def test_scheduling_a_workflow_no_worker_imports_is_refused_naming_the_fixes(project: Path):

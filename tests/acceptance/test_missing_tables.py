@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +16,7 @@ import pytest
 from django.db import connection
 
 from tests.acceptance.conftest import wait_until
-from tests.workers import ROOT, worker_env
+from tests.workers import manage, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,19 +52,6 @@ def fresh_env(tmp_path: Path) -> Iterator[dict[str, str]]:
             force = " WITH (FORCE)" if vendor == "postgresql" else ""
             with connection.cursor() as cursor:
                 cursor.execute(f"DROP DATABASE IF EXISTS {name}{force}")
-
-
-def manage(
-    env: dict[str, str], *args: str, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 COMMANDS = [
