@@ -41,12 +41,12 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="everystep.E008",
             )
         )
-    modules = conf.get("EVERYSTEP_WORKFLOW_MODULES")
     if not conf.workflow_modules()[1]:
         errors.append(
             checks.Error(
                 "EVERYSTEP_WORKFLOW_MODULES must be a list of dotted module names, got "
-                f"{modules!r} (none of them is imported meanwhile)",
+                f"{conf.get('EVERYSTEP_WORKFLOW_MODULES')!r} (none of them is imported "
+                "meanwhile)",
                 id="everystep.E009",
             )
         )
