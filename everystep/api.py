@@ -23,7 +23,7 @@ from everystep.errors import EverystepError, WorkflowNotDiscoveredWarning
 from everystep.registry import StepDef, WorkflowDef
 
 if TYPE_CHECKING:
-    from everystep.engine.fork import Branch
+    from everystep.engine.parallel import Branch
     from everystep.models import Workflow
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -156,9 +156,9 @@ def parallel(*branches: Branch, everystep_id: str | None = None) -> tuple[Any, .
     A branch is a zero-argument callable, or a list/tuple of them run in order (its
     result is a tuple). Branches may nest ``parallel()``.
     """
-    from everystep.engine.fork import parallel as fork
+    from everystep.engine.parallel import parallel as run_parallel
 
-    return fork(*branches, everystep_id=everystep_id)
+    return run_parallel(*branches, everystep_id=everystep_id)
 
 
 def schedule(
@@ -360,7 +360,7 @@ def fork(
     now; ``args`` replace the arguments. Only a finished run can be forked; the original
     is left as it was. Refused with ``EverystepError`` (nothing written) when the fork
     would fail on replay. See docs/recovering.md."""
-    from everystep.engine.rerun import fork_run
+    from everystep.engine.fork import fork_run
 
     return fork_run(run, from_step=from_step, args=args)
 

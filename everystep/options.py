@@ -2,7 +2,7 @@
 
 Every edge derives from ``OPTIONS`` or is tested against it: ``Worker`` resolves and
 validates its arguments with ``resolve``, once, into a ``WorkerOptions``
-(``everystep.worker.state``) with one field per option; ``manage.py everystep_worker``
+(``everystep.worker.worker_state``) with one field per option; ``manage.py everystep_worker``
 builds its flags from it; the system checks validate the Django settings with it; the
 runner image takes each setting's type, limits and help from it; a test holds the table
 in docs/reference/worker-options.md to ``readme_table()``.

@@ -72,7 +72,7 @@ def bulk_fork(
 def _fork(run_id: UUID, from_step: str | None, done: BulkForked) -> bool:
     # Imported when used: the fork's replay check loads for a fork only, not for the
     # pages and commands that import this module to offer one.
-    from everystep.engine.rerun import fork_run
+    from everystep.engine.fork import fork_run
 
     try:
         # No actor: the bulk entry stands for every fork, not one entry per run.

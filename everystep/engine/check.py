@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from everystep import registry, store
 from everystep.engine.execute import replay
-from everystep.engine.state import RunState
+from everystep.engine.pass_state import RunState
 from everystep.errors import (
     EffectUncertain,
     ReachedNewWork,

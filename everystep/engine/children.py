@@ -14,9 +14,9 @@ from typing import Any
 from uuid import UUID
 
 from everystep import conf, store
+from everystep.engine.pass_state import Frame
 from everystep.engine.recorded import code_changed, reach
 from everystep.engine.replay import Decision
-from everystep.engine.state import Frame
 from everystep.models import StepStatus, Workflow
 
 START = "everystep.start"

@@ -24,7 +24,7 @@ from typing import Any
 
 from everystep import conf, failure_detail, registry, serde, signals, store, tracing
 from everystep.engine.crashes import simulated_crash
-from everystep.engine.state import Frame, RunState, Scope, current_frame
+from everystep.engine.pass_state import Frame, RunState, Scope, current_frame
 from everystep.errors import (
     AlreadyRecorded,
     ClaimLost,

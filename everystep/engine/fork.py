@@ -1,174 +1,216 @@
-"""``parallel()``: run branches concurrently, each in its own step-id scope.
+"""``everystep.fork``: re-run a finished run from a step, under the code installed now.
 
-Threads are bounded process-wide: a branch gets its own thread only if a slot is free
-right now, otherwise it runs in the forking thread after the first branch. That keeps
-nested forks from multiplying threads and can never deadlock (no thread ever waits for
-a slot). Every branch thread closes its database connections before it ends.
+The fork is a new ``scheduled`` run of the same workflow that starts with copies of the
+original's records made before ``from_step``; a worker replays those (their bodies do
+not run again) and executes from ``from_step`` on. Which records come "before" is
+decided by replaying the body, not by time or by id: a replay check over the original's
+records, with ``from_step`` taken out, stops where it reaches ``from_step``, and the
+records it reached on the way are the ones copied. So:
+
+- in a sequence, the records up to ``from_step`` are copied, and nothing after it;
+- when ``from_step`` lies inside a ``parallel()`` fork, the other branches replay to
+  their ends (or to their own first step without an outcome) and keep their records;
+  ``from_step``'s own branch keeps what comes before it;
+- sleeps, event waits, waits for runs, patch decisions and child starts recorded before
+  the point are copied like steps: a copied sleep is over, a copied wait's event or
+  outcome is served again, a copied patch decision keeps the original's branch, a copied
+  ``start`` names the original's child (no second child is started; it stays the
+  original's child);
+- a record without an outcome (an unsafe step's ``started`` record, a wait in progress)
+  is never copied: the fork does that operation again.
+
+Without ``from_step`` the fork executes from every step that failed or has no outcome:
+each failed record is left out, so each failed branch starts again at its failed step.
+
+Before anything is written, the fork's own replay is checked the way
+``everystep_check_replay`` checks a run (with the new arguments, over exactly the copied
+records): a fork that would fail or stop again on replay is refused with the reason.
+Only finished runs are forked: a live run would race its fork for the same work.
 """
 
 from __future__ import annotations
 
-import contextvars
-import threading
-from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
 
-from django.db import connections
+from everystep import registry, serde, store
+from everystep.engine.check import check_pass, failure_of
+from everystep.errors import EverystepError, ReachedNewWork, RunInterrupted, Terminal
+from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow, uuid7
+from everystep.store import audit
+from everystep.store.forks import create_fork
+from everystep.store.replay_check import RunToCheck
+from everystep.values import RecordedStep
 
-from everystep import conf, tracing
-from everystep.engine.state import Frame, Scope, current_frame
-from everystep.errors import (
-    EffectUncertain,
-    RunInterrupted,
-    Suspended,
-    Terminal,
-    WorkflowCodeError,
-)
-
-Branch = Callable[[], Any] | Sequence[Callable[[], Any]]
-
-_slots_lock = threading.Lock()
-_slots: threading.BoundedSemaphore | None = None
-
-# Control flow wins over ordinary errors, in this order.
-_PRECEDENCE: tuple[type[BaseException], ...] = (
-    RunInterrupted,
-    WorkflowCodeError,
-    EffectUncertain,
-    Terminal,
-)
+logger = logging.getLogger("everystep.ops")
 
 
-def _thread_slots() -> threading.BoundedSemaphore:
-    global _slots
-    with _slots_lock:
-        if _slots is None:
-            _slots = threading.BoundedSemaphore(conf.fork_threads())
-        return _slots
+@dataclass(frozen=True)
+class Plan:
+    """What a fork starts with: the ids of the records it copies, and where its new work
+    begins (None: the replay reached the body's end; the fork completes on replay)."""
+
+    copied: frozenset[str]
+    from_step: str | None
 
 
-def _normalize(branches: tuple[Branch, ...]) -> list[Branch]:
-    if not branches:
-        raise ValueError("parallel() needs at least one branch")
-    for index, branch in enumerate(branches):
-        if isinstance(branch, list | tuple):
-            if not branch:
-                raise ValueError(f"parallel() branch {index} is an empty sequence")
-            for pos, item in enumerate(branch):
-                if not callable(item):
-                    raise TypeError(
-                        f"parallel() branch {index} element {pos} is not callable: {item!r}"
-                    )
-        elif not callable(branch):
-            raise TypeError(f"parallel() branch {index} is not callable: {branch!r}")
-    return list(branches)
-
-
-def parallel(*branches: Branch, everystep_id: str | None = None) -> tuple[Any, ...]:
-    """Run ``branches`` concurrently; return their results as a tuple in branch order."""
-    plan = _normalize(branches)
-    frame = current_frame.get()
-    fork_id: str | None = None
-    if frame is None or frame.in_step:
-        frames: list[Frame | None] = [None] * len(plan)
-        threads_allowed = True
-    else:
-        fork_id = frame.next_id(everystep_id)
-        frame.run.flush()  # branches never hold records back: see ``RunState.record``
-        frames = [Frame(frame.run, Scope(f"{fork_id}.{i}.")) for i in range(len(plan))]
-        threads_allowed = frame.run.threads_allowed
-    results: list[Any] = [None] * len(plan)
-    errors: list[BaseException | None] = [None] * len(plan)
-
-    def run_branch(index: int) -> None:
-        current_frame.set(frames[index])
-        branch = plan[index]
-        try:
-            if callable(branch):
-                results[index] = branch()
-            else:
-                results[index] = tuple(item() for item in branch)
-        except BaseException as exc:  # every branch runs to completion; sorted out below
-            errors[index] = exc
-
-    if fork_id is None or frame is None or not frame.run.traced:
-        _run_all(len(plan), run_branch, threads_allowed)
-    else:
-        with tracing.span(
-            "everystep.fork", run_id=frame.run.run_id, fork_id=fork_id, branches=len(plan)
-        ):
-            _run_all(len(plan), run_branch, threads_allowed)
-    return _settle(results, errors)
-
-
-def _run_all(count: int, run_branch: Callable[[int], None], threads_allowed: bool) -> None:
-    slots = _thread_slots()
-    threads: list[threading.Thread] = []
-    inline: list[int] = [0]
-    for index in range(1, count):
-        if threads_allowed and slots.acquire(blocking=False):
-            ctx = contextvars.copy_context()
-            thread = threading.Thread(
-                target=_in_thread,
-                args=(ctx, run_branch, index, slots),
-                name=f"everystep-fork-{index}",
-                daemon=True,
-            )
-            thread.start()
-            threads.append(thread)
-        else:
-            inline.append(index)
-    for index in inline:
-        contextvars.copy_context().run(run_branch, index)
-    for thread in threads:
-        thread.join()
-
-
-def _in_thread(
-    ctx: contextvars.Context,
-    run_branch: Callable[[int], None],
-    index: int,
-    slots: threading.BoundedSemaphore,
-) -> None:
-    try:
-        ctx.run(run_branch, index)
-    finally:
-        # Django connections are per thread: without this every branch leaks one.
-        connections.close_all()
-        slots.release()
-
-
-def _settle(results: list[Any], errors: list[BaseException | None]) -> tuple[Any, ...]:
-    raised = [exc for exc in errors if exc is not None]
-    if not raised:
-        return tuple(results)
-    waits = [exc for exc in raised if isinstance(exc, Suspended)]
-    raised = [exc for exc in raised if not isinstance(exc, Suspended)]
-    for kind in _PRECEDENCE:
-        for exc in raised:
-            if isinstance(exc, kind):
-                raise exc
-    if waits:
-        # Branches still waiting: the fork is not over, and the errors of the others are
-        # recorded and will be re-raised by the pass that completes it. The run waits
-        # until the first branch is due, for any event a branch awaits, or until every
-        # run the branches await has ended.
-        dues = [exc.due for exc in waits if exc.due is not None]
-        raise Suspended(
-            min(dues) if dues else None,
-            frozenset().union(*(w.events for w in waits)),
-            frozenset().union(*(w.runs for w in waits)),
+def fork_run(
+    run: Workflow | UUID | str,
+    *,
+    from_step: str | None = None,
+    args: Sequence[Any] | None = None,
+    actor: audit.Actor | None = None,
+) -> Workflow:
+    """Fork the finished run ``run`` (see the module's docstring); ``args`` replace its
+    arguments (Python values, stored as ``schedule()`` stores them). An operator's fork
+    (``actor``) is audited. Refused with an ``EverystepError`` saying why: an unknown
+    run, one not finished, an unknown step, a workflow not registered here, arguments
+    that cannot be stored, or a fork that would fail on replay. Nothing is written then."""
+    original = _finished_run(run)
+    defn = registry.lookup(original.name)
+    if defn is None:
+        raise EverystepError(
+            f"cannot fork run {original.id}: no @workflow is registered under "
+            f"{original.name!r} in the installed code"
         )
-    raise_failures(raised, "parallel branches")
+    stored = original.args if args is None else _stored_args(original.name, args)
+    records = store.load_steps(original.id)
+    new_id = uuid7()
+    plan = plan_fork(original, new_id, stored, records, from_step)
+    fork = create_fork(
+        original,
+        new_id=new_id,
+        args=stored,
+        from_step=plan.from_step,
+        copied=plan.copied,
+        actor=actor,
+    )
+    logger.info(
+        "run %s forked as %s from step %s (%d record(s) copied)%s",
+        original.id,
+        fork.id,
+        plan.from_step or "(none: the fork replays to the end)",
+        len(plan.copied),
+        f" by {actor.by}" if actor is not None else "",
+        extra={
+            "event": "run.forked",
+            "run_id": str(original.id),
+            "fork_id": str(fork.id),
+            "from_step": plan.from_step,
+            "workflow": original.name,
+        },
+    )
+    return fork
 
 
-def raise_failures(raised: Sequence[BaseException], what: str) -> NoReturn:
-    """Raise what several failed together as the caller sees it: one failure itself,
-    several as an ``ExceptionGroup`` (``what``: of what, for its message); a
-    ``KeyboardInterrupt`` or ``SystemExit`` first, since the process is ending."""
-    for exc in raised:
-        if not isinstance(exc, Exception):
-            raise exc
-    if len(raised) == 1:
-        raise raised[0]
-    raise ExceptionGroup(f"{len(raised)} {what} failed", list(raised))  # type: ignore[type-var]
+def refusal(run: Workflow, from_step: str | None) -> str | None:
+    """Why ``run`` cannot be forked from ``from_step`` under the installed code, worked
+    out again and writing nothing (for a page showing a refused fork); None if it can."""
+    try:
+        _finished_run(run)
+        if registry.lookup(run.name) is None:
+            raise EverystepError(f"no @workflow is registered under {run.name!r} here")
+        plan_fork(run, uuid7(), run.args, store.load_steps(run.id), from_step)
+    except EverystepError as exc:
+        return str(exc)
+    return None
+
+
+def _finished_run(run: Workflow | UUID | str) -> Workflow:
+    run_id = run.id if isinstance(run, Workflow) else run
+    try:
+        found = store.get_run(UUID(str(run_id)))
+    except ValueError:
+        raise EverystepError(f"{str(run_id)[:60]!r} is not a run id (a UUID)") from None
+    if found is None:
+        raise EverystepError(f"no run with id {run_id}")
+    if found.status not in FINAL_STATUSES:
+        raise EverystepError(
+            f"run {found.id} is {found.status}: only finished runs (completed, failed, "
+            "stopped, cancelled) can be forked; a live run would race its fork for the "
+            "same work (cancel it first)"
+        )
+    return found
+
+
+def _stored_args(name: str, args: Sequence[Any]) -> Any:
+    if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+        raise EverystepError(f"the arguments must be a list, not {type(args).__name__}")
+    return serde.encode(list(args), f"arguments of workflow {name}")
+
+
+def plan_fork(
+    original: Workflow,
+    new_id: UUID,
+    args: Any,
+    records: dict[str, RecordedStep],
+    from_step: str | None,
+) -> Plan:
+    """Which of ``records`` the fork copies and where it executes from, decided by
+    replaying the body under the installed code; then that fork's own replay, checked."""
+    if from_step is not None and from_step not in records:
+        raise EverystepError(
+            f"run {original.id} has no record at step {from_step[:300]!r}; "
+            "name one of its recorded steps (see everystep_show), or leave it out"
+        )
+    if from_step is None:
+        left_out = {i for i, r in records.items() if r.status != StepStatus.DONE}
+    else:
+        left_out = {from_step} | {i for i, r in records.items() if r.status == StepStatus.STARTED}
+    offered = {i: r for i, r in records.items() if i not in left_out}
+    reached, stop = _replay(original, new_id, args, offered, from_step)
+    copied = frozenset(reached & offered.keys())
+    if stop is None and original.status == Status.COMPLETED:
+        raise EverystepError(
+            f"run {original.id} completed, and every step its body reaches has an outcome: "
+            "a fork would only replay them; name the step to run again with from_step"
+        )
+    if from_step is not None and stop != from_step:
+        where = f"step {stop}, which has no outcome," if stop else "the end of the body"
+        raise EverystepError(
+            f"cannot fork run {original.id} from step {from_step}: replayed under the "
+            f"installed code, the body reaches {where} before it"
+        )
+    if copied != offered.keys():
+        # Records the replay did not reach are not copied; check the replay once more
+        # over exactly what the fork will hold (a patch decides by what is recorded).
+        _replay(original, new_id, args, {i: offered[i] for i in copied}, from_step)
+    return Plan(copied, stop)
+
+
+def _replay(
+    original: Workflow,
+    new_id: UUID,
+    args: Any,
+    records: dict[str, RecordedStep],
+    from_step: str | None,
+) -> tuple[set[str], str | None]:
+    """Replay the fork-to-be over ``records``: the ids it reached, and the step where its
+    new work begins (None: it reached the end). A replay that fails is a refusal."""
+    defn = registry.lookup(original.name)
+    assert defn is not None
+    # The fork's own id: a wait with no record looks for events sent to the fork.
+    run = RunToCheck(new_id, original.name, original.status, args, records)
+    state, outcome = check_pass(run, defn, roll_back=True)
+    if isinstance(outcome, ReachedNewWork):
+        return state.visited, outcome.step_id
+    if isinstance(outcome, Terminal):
+        raise EverystepError(
+            f"cannot fork run {original.id}: on replay it stops again before "
+            f"{_point(from_step)} ({type(outcome).__qualname__}: {outcome}); fork from an "
+            "earlier step"
+        )
+    if isinstance(outcome, RunInterrupted) and not isinstance(outcome, ReachedNewWork):
+        raise outcome  # the database went away: no verdict
+    failure = failure_of(run, outcome)
+    if failure is not None:
+        reason = failure.reason.replace(f"run {new_id}", f"the fork of run {original.id}")
+        raise EverystepError(f"cannot fork run {original.id}: it would fail on replay: {reason}")
+    return state.visited, None
+
+
+def _point(from_step: str | None) -> str:
+    return f"step {from_step}" if from_step else "its first failed or unrecorded step"

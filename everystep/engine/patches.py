@@ -26,9 +26,9 @@ itself can go: a decision nobody reaches any more is ignored (``history_beyond``
 
 from __future__ import annotations
 
+from everystep.engine.pass_state import PATCH_RECORD, Frame, check_length, check_name
 from everystep.engine.recorded import body_frame, reach, served
 from everystep.engine.replay import Decision
-from everystep.engine.state import PATCH_RECORD, Frame, check_length, check_name
 from everystep.errors import WorkflowCodeError
 from everystep.models import StepStatus
 

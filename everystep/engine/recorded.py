@@ -16,8 +16,8 @@ from typing import Any
 
 from everystep import failure_detail, serde
 from everystep.engine import replay
+from everystep.engine.pass_state import Frame, RunState, current_frame
 from everystep.engine.replay import Decision
-from everystep.engine.state import Frame, RunState, current_frame
 from everystep.errors import Terminal, WorkflowCodeError
 from everystep.values import RecordedStep
 

@@ -5,7 +5,7 @@ Inside a running body the wait is durable, like ``wait_for``: one recorded opera
 run has ended when it is reached, their outcomes are recorded (``done``) at once;
 otherwise it records ``started`` (the runs, the deadline) and the pass stops with
 ``Suspended``: the run is released, holding no worker slot, until the last of those runs
-ends (``everystep.store.awaits`` wakes it then, once) or the deadline passes. The pass
+ends (``everystep.store.run_waits`` wakes it then, once) or the deadline passes. The pass
 that finds them ended settles the record with their outcomes; a deadline passed settles
 it ``failed`` with ``WaitTimeout``. Replays serve the record.
 
@@ -31,7 +31,7 @@ from django.db import connections
 from django.utils import timezone
 
 from everystep import serde, store
-from everystep.engine.fork import raise_failures
+from everystep.engine.parallel import raise_failures
 from everystep.engine.recorded import Operation, body_frame, code_changed, reach, served
 from everystep.engine.replay import Decision
 from everystep.engine.waits import as_delay, recorded_time, woken
@@ -149,7 +149,7 @@ def _durable(
         waiting = {"runs": wanted, "deadline": serde.encode(deadline)}
         run.record(op.step_id, op.name, StepStatus.STARTED, args=wanted, result=waiting)
         # Every run, not those still running now: one may end before the run is released,
-        # and releasing decides which to wait for under their locks (``store.awaits``).
+        # and releasing decides which to wait for under their locks (``store.run_waits``).
         raise Suspended(deadline, runs=frozenset(ids))
     assert op.recorded is not None
     if op.decision is Decision.RAISE_ERROR:

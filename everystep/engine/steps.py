@@ -13,9 +13,9 @@ from django.utils import timezone
 
 from everystep import conf, failure_detail, serde, store, tracing
 from everystep.engine.crashes import maybe_crash
+from everystep.engine.pass_state import Frame, RunState, current_frame
 from everystep.engine.recorded import body_frame, reach, served
 from everystep.engine.replay import Decision
-from everystep.engine.state import Frame, RunState, current_frame
 from everystep.errors import (
     DrainRequested,
     EffectUncertain,

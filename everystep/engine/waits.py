@@ -22,9 +22,9 @@ from typing import Any
 from django.utils import timezone
 
 from everystep import serde, signals, store
+from everystep.engine.pass_state import Frame, RunState, current_frame
 from everystep.engine.recorded import Operation, body_frame, reach, served
 from everystep.engine.replay import Decision
-from everystep.engine.state import Frame, RunState, current_frame
 from everystep.errors import EverystepError, Suspended, WaitTimeout, WorkflowCodeError
 from everystep.models import StepStatus
 from everystep.times import project_time

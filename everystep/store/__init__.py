@@ -21,9 +21,13 @@ The status transitions themselves, and the fencing rule, are on the model layer
 from django.db import DatabaseError, InterfaceError
 
 from everystep.errors import StoreUnavailable
-from everystep.store.awaits import mark_awaited, outcomes, sweep
-from everystep.store.awaits import release as release_waits
 from everystep.store.claims import claim_due, next_due, reclaim_parked, reclaim_strays
+from everystep.store.events import (
+    check_event_name,
+    event_payload,
+    send_event,
+    waiting_count,
+)
 from everystep.store.fenced import (
     Child,
     fenced_transaction,
@@ -48,6 +52,8 @@ from everystep.store.reports import (
     status_counts,
     unapplied_migrations,
 )
+from everystep.store.run_waits import mark_awaited, outcomes, sweep
+from everystep.store.run_waits import release as release_waits
 from everystep.store.runners import (
     beat,
     forget_runner,
@@ -69,12 +75,6 @@ from everystep.store.runs import (
     settle_step,
 )
 from everystep.store.timeshift import shift_pending
-from everystep.store.waits import (
-    check_event_name,
-    event_payload,
-    send_event,
-    waiting_count,
-)
 from everystep.store.wake import ENDED_CHANNEL, EndedListener, Listener, can_listen, notify_due
 
 # What a database outage raises through Django: ``InterfaceError`` (a connection closed

@@ -25,7 +25,7 @@ from django.db.models import F
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, AuditEntry, Status, Workflow, WorkflowQuerySet, uuid7
 from everystep.serde import encode_error
-from everystep.store import audit, awaits, database
+from everystep.store import audit, database, run_waits
 from everystep.store.audit import Actor
 from everystep.store.reports import filtered_runs, id_bounds
 from everystep.store.runs import cancel_children
@@ -155,8 +155,8 @@ def bulk_cancel(
 
     def after(ids: list[UUID]) -> None:
         # After the batch's commit, as cancel_run does: no lock on a parent is held
-        # while its children's rows are locked (see ``awaits``).
-        awaits.ended([*ids, *cancel_children(ids, actor)])
+        # while its children's rows are locked (see ``run_waits``).
+        run_waits.ended([*ids, *cancel_children(ids, actor)])
 
     action = _Action("cancel", cancel, after)
     return _act(action, run_filter, actor, batch_size, reason)

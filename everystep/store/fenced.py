@@ -39,7 +39,7 @@ from everystep.models import (
     finish_fields,
     uuid7,
 )
-from everystep.store import awaits, database
+from everystep.store import database, run_waits
 from everystep.store.guard import guarded
 from everystep.store.sql import RUNS, STEPS, Vendor, current, fenced, vendor_of
 from everystep.store.wake import notify_due
@@ -308,14 +308,14 @@ def finish_run(
         awaited = False
     else:
         # Awaited, or no longer ours. A waiter that marks the run locks its row first, so
-        # the condition above saw its mark, committed, or waited for it (``awaits``).
+        # the condition above saw its mark, committed, or waited for it (``run_waits``).
         statement = db.statement("finish_awaited", _finish_awaited_statement)
         if db.execute(conn, statement, params).rowcount != 1:
             return False
         awaited = True
     if awaited and status in FINAL_STATUSES:
         try:
-            awaits.ended([claim.run_id])
+            run_waits.ended([claim.run_id])
         except DatabaseError as exc:  # the outcome stands; the heartbeats' sweep wakes them
             logger.warning(
                 "run %s ended, but waking the runs that wait for it failed (%s); the "
@@ -353,11 +353,11 @@ def suspend_run(
     The race with an event sent meanwhile is closed by the run row's lock: this updates
     the row first and only then looks for the events it awaits, and ``send_event``
     updates (locks) the row before inserting the event. The race with an awaited run
-    ending meanwhile is closed the same way from the other side (``awaits.hold``)."""
+    ending meanwhile is closed the same way from the other side (``run_waits.hold``)."""
     now = timezone.now()
     with database.atomic():
-        # The awaited runs' rows are locked before this run's own (``awaits``: one order).
-        pending = awaits.hold(claim.run_id, runs) if runs else []
+        # The awaited runs' rows are locked before this run's own (``run_waits``: one order).
+        pending = run_waits.hold(claim.run_id, runs) if runs else []
         released = Workflow.objects.held_by(claim).update(
             status=Status.SCHEDULED,
             claimed_by=None,

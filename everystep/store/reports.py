@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from everystep.models import AuditEntry, Status, Step, Workflow, WorkflowQuerySet
 from everystep.store import audit, database
-from everystep.store.waits import waiting_count
+from everystep.store.events import waiting_count
 from everystep.times import aware
 
 
@@ -232,7 +232,7 @@ def _found_by(run: Workflow, text: str) -> bool:
 
 
 @dataclass(frozen=True)
-class RunWait:
+class WaitReport:
     """Why a scheduled run is not due yet: ``kind`` is ``start`` (a delayed start, never
     claimed yet), ``sleep``, or ``event`` (awaiting ``events``, the run's ``waiting_for``
     text); ``until`` is when it becomes due anyway (None: only an event wakes it)."""
@@ -242,7 +242,7 @@ class RunWait:
     events: str = ""
 
 
-def run_wait(run: Workflow, now: datetime | None = None) -> RunWait | None:
+def run_wait(run: Workflow, now: datetime | None = None) -> WaitReport | None:
     """What ``run`` waits for, or None if it is not a scheduled run waiting (it is due,
     running or finished). Reads the row's fields only: no query."""
     if run.status != Status.SCHEDULED:
@@ -250,9 +250,9 @@ def run_wait(run: Workflow, now: datetime | None = None) -> RunWait | None:
     if run.due_at is not None and run.due_at <= (now or timezone.now()):
         return None
     if run.waiting_for or run.due_at is None:
-        return RunWait("event", run.due_at, run.waiting_for or "")
+        return WaitReport("event", run.due_at, run.waiting_for or "")
     # A run is claimed before it can sleep, and its first claim sets started_at.
-    return RunWait("start" if run.started_at is None else "sleep", run.due_at)
+    return WaitReport("start" if run.started_at is None else "sleep", run.due_at)
 
 
 def run_steps(run_id: UUID | str) -> list[Step]:

@@ -27,7 +27,7 @@ from everystep.errors import (
 )
 from everystep.models import Status, Step, StepStatus, Workflow
 from everystep.serde import encode, encode_error, parse_json, storable_text
-from everystep.store import audit, awaits, database
+from everystep.store import audit, database, run_waits
 from everystep.store.audit import Actor
 from everystep.store.guard import guarded, too_large
 from everystep.store.wake import notify_due
@@ -263,7 +263,7 @@ def cancel_run(run_id: str, *, actor: Actor, reason: str = "") -> Workflow:
         cancelled = runs.finish(Status.CANCELLED, error=error)
         run = _changed_run(run_id, cancelled, "only unfinished runs can be cancelled")
         audit.record("cancel", actor, run=run.id, reason=reason)
-    awaits.ended([run.id, *cancel_children([run.id], actor)])
+    run_waits.ended([run.id, *cancel_children([run.id], actor)])
     return run
 
 
@@ -274,7 +274,7 @@ def cancel_children(parents: list[UUID], actor: Actor) -> list[UUID]:
     child_error = encode_error(EverystepError(f"cancelled by {actor.by}: its parent was cancelled"))
     while parents:
         # One generation at a time; each statement on its own, so no lock on a parent is
-        # held while its children's rows are locked (see ``awaits``).
+        # held while its children's rows are locked (see ``run_waits``).
         children = list(
             Workflow.objects.filter(parent_id__in=parents).unfinished().values_list("id", flat=True)
         )

@@ -25,7 +25,7 @@ from everystep import conf
 from everystep.store import database, prepared
 
 CHANNEL = "everystep_due"
-# Where a run that someone awaits announces its end (``everystep.store.awaits``).
+# Where a run that someone awaits announces its end (``everystep.store.run_waits``).
 ENDED_CHANNEL = "everystep_ended"
 # How long the listener waits for its own probe before deciding LISTEN does not work.
 PROBE_TIMEOUT = 5.0

@@ -22,7 +22,7 @@ from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_POST
 
 from everystep import conf, serde, store
-from everystep.engine.rerun import fork_run
+from everystep.engine.fork import fork_run
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
 from everystep.store.audit import Actor

@@ -144,7 +144,7 @@ def _fork_reason(run: Workflow, asked: str) -> str | None:
     """The reason a fork of ``run`` is refused, worked out again by the server (a replay
     check that writes nothing); ``asked``: the step the form named, used only if it is
     one of the run's recorded steps."""
-    from everystep.engine.rerun import refusal
+    from everystep.engine.fork import refusal
 
     steps = {step.step_id for step in store.run_steps(run.id)} if asked else set()
     return refusal(run, asked if asked in steps else None)

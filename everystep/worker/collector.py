@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from everystep.worker.state import WorkerState
+from everystep.worker.worker_state import WorkerState
 
 
 def worker_collector(worker: WorkerState) -> Any:

@@ -20,7 +20,7 @@ from typing import Any
 from django.db import connections
 
 from everystep import store
-from everystep.worker.state import WorkerState
+from everystep.worker.worker_state import WorkerState
 
 logger = logging.getLogger("everystep.worker")
 

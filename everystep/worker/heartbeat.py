@@ -1,5 +1,5 @@
 """The runner heartbeat, orphan recovery and the sweep for waiters left asleep
-(``everystep.store.awaits``), on a thread of their own so a busy claim loop or a long
+(``everystep.store.run_waits``), on a thread of their own so a busy claim loop or a long
 step never delays them."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from django.db import connections
 from everystep import store
 from everystep.engine.execute import report_requeued
 from everystep.store import database
-from everystep.worker.state import WorkerState
+from everystep.worker.worker_state import WorkerState
 
 if TYPE_CHECKING:
     from everystep.models import Runner
@@ -140,7 +140,7 @@ class Heartbeat(threading.Thread):
                 self._failing, self.reconnected_at = False, time.monotonic()
             if self.may_sweep():
                 self.recover_orphans()
-            # Waiters a dead worker's run ended without waking (``store.awaits``).
+            # Waiters a dead worker's run ended without waking (``store.run_waits``).
             store.sweep()
         except store.DATABASE_ERRORS as exc:
             self._failing = True

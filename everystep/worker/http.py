@@ -11,7 +11,7 @@ from typing import Any
 from everystep import metrics
 from everystep.worker import health
 from everystep.worker.collector import worker_collector
-from everystep.worker.state import WorkerState
+from everystep.worker.worker_state import WorkerState
 
 logger = logging.getLogger("everystep.worker")
 

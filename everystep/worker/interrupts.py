@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from everystep.worker.state import WorkerState
+from everystep.worker.worker_state import WorkerState
 
 logger = logging.getLogger("everystep.worker")
 

@@ -28,7 +28,7 @@ from everystep.worker.connections import keep_connections
 from everystep.worker.heartbeat import LOCK_WAIT, Heartbeat
 from everystep.worker.http import ProbeServer
 from everystep.worker.outage import Outage
-from everystep.worker.state import WorkerOptions, WorkerState
+from everystep.worker.worker_state import WorkerOptions, WorkerState
 
 logger = logging.getLogger("everystep.worker")
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from everystep import store
 from everystep.errors import NameInUse
 from everystep.worker.heartbeat import Heartbeat
-from everystep.worker.state import WorkerOptions, WorkerState
+from everystep.worker.worker_state import WorkerOptions, WorkerState
 
 if TYPE_CHECKING:
     from everystep.models import Runner

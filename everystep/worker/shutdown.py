@@ -20,7 +20,7 @@ from everystep.engine.execute import report_requeued
 from everystep.store import database
 from everystep.values import Claim
 from everystep.worker.heartbeat import SHUTDOWN_LOCK_WAIT, Heartbeat
-from everystep.worker.state import WorkerState
+from everystep.worker.worker_state import WorkerState
 
 logger = logging.getLogger("everystep.worker")
 

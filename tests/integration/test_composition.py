@@ -353,7 +353,7 @@ def test_a_wake_that_fails_leaves_the_outcome_and_the_sweep_wakes_the_waiter(mon
     outcome stands, a warning says so, the rows stay, and the sweep wakes the parent."""
     from django.db import DatabaseError
 
-    from everystep.store import awaits
+    from everystep.store import run_waits
 
     parent = schedule(cw.parent_catches, "waits")
     run_due()
@@ -364,7 +364,7 @@ def test_a_wake_that_fails_leaves_the_outcome_and_the_sweep_wakes_the_waiter(mon
         raise DatabaseError("server closed the connection unexpectedly")
 
     with monkeypatch.context() as patch:
-        patch.setattr(awaits, "ended", unreachable)
+        patch.setattr(run_waits, "ended", unreachable)
         run_due()
     assert fresh(child).status == "completed"
     assert (fresh(parent).status, fresh(parent).due_at) == ("scheduled", None)

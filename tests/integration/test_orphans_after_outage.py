@@ -15,7 +15,7 @@ from django.utils import timezone
 from everystep import schedule
 from everystep.models import Runner, Workflow
 from everystep.worker.heartbeat import Heartbeat
-from everystep.worker.state import WorkerOptions, WorkerState
+from everystep.worker.worker_state import WorkerOptions, WorkerState
 from tests import pgadmin
 from tests.testapp import workflows as wf
 

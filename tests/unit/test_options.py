@@ -14,7 +14,7 @@ from django.test import override_settings
 from everystep import checks, conf, options
 from everystep.options import BY_NAME, OPTIONS, OptionError, resolve
 from everystep.worker import Worker
-from everystep.worker.state import WorkerOptions
+from everystep.worker.worker_state import WorkerOptions
 
 # The worker options table lives on this documentation page (it was the README's).
 OPTIONS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "worker-options.md"

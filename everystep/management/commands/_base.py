@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from everystep import store
 from everystep.errors import EverystepError
-from everystep.management.options import (
+from everystep.management.arguments import (
     RUN_ID_HELP,
     add_filter_arguments,
     batch_size,

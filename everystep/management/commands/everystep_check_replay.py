@@ -15,8 +15,8 @@ from django.core.management.base import CommandError, CommandParser
 
 from everystep import store
 from everystep.engine.check import Failure, Report, WorkflowReport, check_replay
+from everystep.management.arguments import checked_count, checked_text
 from everystep.management.commands._base import EverystepCommand
-from everystep.management.options import checked_count, checked_text
 from everystep.store.runs import missing_tables
 
 MAX_LIMIT = 10_000_000

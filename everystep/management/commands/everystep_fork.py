@@ -9,10 +9,9 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from everystep.engine.bulk_fork import bulk_fork
-from everystep.engine.rerun import fork_run
+from everystep.engine.fork import fork_run
 from everystep.errors import EverystepError
-from everystep.management.commands._base import EverystepCommand
-from everystep.management.options import (
+from everystep.management.arguments import (
     RUN_ID_HELP,
     add_filter_arguments,
     batch_size,
@@ -22,6 +21,7 @@ from everystep.management.options import (
     run_or_filter,
     runs_text,
 )
+from everystep.management.commands._base import EverystepCommand
 from everystep.store import bulk
 from everystep.store.audit import Actor
 

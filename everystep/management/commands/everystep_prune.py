@@ -11,8 +11,8 @@ from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
 from everystep import store
+from everystep.management.arguments import checked_count, checked_text, clipped, shown
 from everystep.management.commands._base import EverystepCommand
-from everystep.management.options import checked_count, checked_text, clipped, shown
 from everystep.models import FINAL_STATUSES, AuditEntry
 from everystep.store import audit
 from everystep.store.audit import Actor

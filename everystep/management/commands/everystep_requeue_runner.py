@@ -9,8 +9,8 @@ from uuid import UUID
 from django.core.management.base import CommandError, CommandParser
 
 from everystep import conf, store
+from everystep.management.arguments import checked_text, shown
 from everystep.management.commands._base import EverystepCommand
-from everystep.management.options import checked_text, shown
 from everystep.store.audit import Actor
 from everystep.store.runners import known_runner_names
 

@@ -9,8 +9,8 @@ from django.core.management.base import CommandError, CommandParser
 
 from everystep import store
 from everystep.errors import EverystepError
+from everystep.management.arguments import RUN_ID_HELP, checked_run_id, checked_text
 from everystep.management.commands._base import EverystepCommand
-from everystep.management.options import RUN_ID_HELP, checked_run_id, checked_text
 from everystep.models import Workflow
 from everystep.store.audit import Actor
 

@@ -10,8 +10,7 @@ from uuid import UUID
 from django.core.management.base import CommandError, CommandParser
 
 from everystep import store
-from everystep.management.commands._base import EverystepCommand
-from everystep.management.options import (
+from everystep.management.arguments import (
     checked_count,
     checked_run_id,
     checked_text,
@@ -19,6 +18,7 @@ from everystep.management.options import (
     wait_json,
     wait_text,
 )
+from everystep.management.commands._base import EverystepCommand
 from everystep.models import Status, Workflow
 from everystep.serde import escape_controls
 from everystep.store.reports import run_wait

@@ -9,14 +9,14 @@ from django.core.management.base import CommandError, CommandParser
 
 from everystep import store
 from everystep.errors import EverystepError
-from everystep.management.commands._base import EverystepCommand
-from everystep.management.options import (
+from everystep.management.arguments import (
     RUN_ID_HELP,
     checked_event_name,
     checked_json,
     checked_run_id,
     checked_text,
 )
+from everystep.management.commands._base import EverystepCommand
 from everystep.store.audit import Actor
 
 logger = logging.getLogger("everystep.ops")

@@ -11,8 +11,8 @@ from django.core.management.base import CommandError, CommandParser
 
 from everystep import serde, store
 from everystep.failure_detail import stopped_at
+from everystep.management.arguments import RUN_ID_HELP, checked_run_id, wait_json, wait_text
 from everystep.management.commands._base import EverystepCommand
-from everystep.management.options import RUN_ID_HELP, checked_run_id, wait_json, wait_text
 from everystep.models import Status, Step, Workflow
 from everystep.store.lineage import Lineage, run_lineage
 from everystep.store.reports import Family, run_family, run_wait

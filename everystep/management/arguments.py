@@ -14,7 +14,7 @@ from everystep import serde
 from everystep.errors import EverystepError
 from everystep.models import Event, Status
 from everystep.store import bulk
-from everystep.store.reports import ID_PREFIX_MIN, RunWait, id_digits, runs_by_id_prefix
+from everystep.store.reports import ID_PREFIX_MIN, WaitReport, id_digits, runs_by_id_prefix
 from everystep.times import parse_moment
 from everystep.wait_words import in_words
 
@@ -116,7 +116,7 @@ def checked_json(text: str, flag: str) -> Any:
         raise CommandError(str(exc)) from None
 
 
-def wait_text(wait: RunWait, when: Callable[[datetime], str]) -> str:
+def wait_text(wait: WaitReport, when: Callable[[datetime], str]) -> str:
     """A waiting run's wait in words, its times written by ``when``: "starts at T",
     "sleeps until T", "waits for event approval until T" (no "until" without a timeout),
     "waits for run ID", "waits for 3 runs" (the worker's log says it so too)."""
@@ -124,7 +124,7 @@ def wait_text(wait: RunWait, when: Callable[[datetime], str]) -> str:
     return in_words(wait.kind, until, wait.events)
 
 
-def wait_json(wait: RunWait | None) -> dict[str, Any] | None:
+def wait_json(wait: WaitReport | None) -> dict[str, Any] | None:
     """A run's wait as JSON-ready values (None when it does not wait)."""
     if wait is None:
         return None
