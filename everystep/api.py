@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Never, TypeVar, overload
 from uuid import UUID
 
-from everystep import registry, serde
+from everystep import registry, safe_text, serde
 from everystep.errors import EverystepError, WorkflowNotDiscoveredWarning
 from everystep.registry import StepDef, WorkflowDef
 
@@ -61,7 +61,7 @@ MAX_NAME_LENGTH = 255
 def _stored_name(name: str, kind: str) -> str:
     """``name`` if every database can store it as a run's or step's name: refused at
     decoration time rather than by one database at the first schedule or record."""
-    serde.storable_text(name, f"{kind} name {name[:60]!r}")
+    safe_text.storable_text(name, f"{kind} name {name[:60]!r}")
     if len(name) > MAX_NAME_LENGTH:
         raise EverystepError(
             f"{kind} name {name[:60]!r}… is {len(name)} characters; runs and steps store "
@@ -271,7 +271,7 @@ def _run_of(
     ):
         raise TypeError("idempotency_key must be a non-empty string of at most 255 characters")
     if idempotency_key is not None:
-        serde.storable_text(idempotency_key, f"idempotency_key of workflow {defn.name}")
+        safe_text.storable_text(idempotency_key, f"idempotency_key of workflow {defn.name}")
     return defn, serde.encode(list(args), f"arguments of workflow {defn.name}")
 
 

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from everystep import signals, wait_words
-from everystep.serde import escape_controls
+from everystep.safe_text import escape_controls
 
 logger = logging.getLogger("everystep.run")
 

@@ -1,4 +1,6 @@
-"""Tagged JSON: how arguments, results and errors are stored.
+"""Tagged JSON: how arguments, results and event payloads are stored (an exception's
+stored form is ``everystep.stored_errors``; text made safe to store or show is
+``everystep.safe_text``).
 
 Plain JSON values are stored as they are. The extended types round-trip through a
 small tagged object ``{"__es__": "<tag>", "v": ...}``; a user dict that happens to
@@ -32,8 +34,8 @@ from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from everystep import failure_detail
-from everystep.errors import EverystepError, StepFailure
+from everystep.errors import EverystepError
+from everystep.safe_text import UNSTORABLE, escape_char
 
 TAG = "__es__"
 
@@ -48,64 +50,13 @@ SUPPORTED = (
 # every database and what runs on SQLite also runs on MariaDB. It also stops a cycle.
 MAX_DEPTH = 31
 
-# What no database stores as text: NUL (PostgreSQL's text and jsonb refuse it) and lone
-# surrogates (what Python makes of bytes that are not UTF-8: no driver encodes them, and
-# the JSON of MariaDB and PostgreSQL refuses their escapes).
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _TO_ESCAPE = re.compile("[\\\\\x00\ud800-\udfff]")
 _ESCAPED = re.compile(r"\\(\\|u[0-9a-f]{4})")
 
 
-def storable_text(text: str, what: str) -> str:
-    """``text`` if every database can store it as it is, else an ``EverystepError``
-    naming ``what`` and the position. For names, ids and filters, which are matched as
-    they are; values (arguments, results) are escaped instead."""
-    found = _UNSTORABLE.search(text)
-    if found is None:
-        return text
-    where = f"{what} contains {_escape_char(found)} at position {found.start()}"
-    if found.group() == "\x00":
-        raise EverystepError(
-            f"{where}: a NUL character, which PostgreSQL cannot store (refused on every database)"
-        )
-    raise EverystepError(f"{where}: a lone surrogate, so the text is not valid UTF-8")
-
-
-def printable(text: str) -> str:
-    """``text`` with what no database stores written as ``\\uXXXX``: for messages, which
-    are shown and never turned back into values."""
-    return _UNSTORABLE.sub(_escape_char, text)
-
-
-# What a terminal or a text log line must not receive as it is: C0 controls (line breaks,
-# ESC), DEL, C1 controls, the line and paragraph separators, the bidi overrides and
-# isolates (which show text in another order than it is), and what ``printable`` escapes.
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-
-
-def escape_controls(text: str) -> str:
-    """``text`` with every control character written as Python writes it in a string
-    literal (``\\n``, ``\\x1b``, ``\\u2028``; NUL and lone surrogates as ``printable``
-    writes them): for a terminal or a line of a text log, where stored text must not
-    start a line, move the cursor or reorder what follows."""
-    if text.isprintable():  # the usual case, decided at C speed
-        return text
-    return _CONTROLS.sub(_escape_control, text)
-
-
-def _escape_control(found: re.Match[str]) -> str:
-    if _UNSTORABLE.match(found.group()):
-        return _escape_char(found)
-    return repr(found.group())[1:-1]
-
-
-def _escape_char(found: re.Match[str]) -> str:
-    return f"\\u{ord(found.group()):04x}"
-
-
 def _escape(text: str) -> str:
     # Backslashes are doubled, so `_unescape` tells an escape from the user's own text.
-    return _TO_ESCAPE.sub(lambda m: "\\\\" if m.group() == "\\" else _escape_char(m), text)
+    return _TO_ESCAPE.sub(lambda m: "\\\\" if m.group() == "\\" else escape_char(m), text)
 
 
 def _unescape(text: str) -> str:
@@ -115,7 +66,7 @@ def _unescape(text: str) -> str:
 def _needs_escape(text: str) -> bool:
     if text.isascii() and "\x00" not in text:  # the usual case, decided at C speed
         return False
-    return _UNSTORABLE.search(text) is not None
+    return UNSTORABLE.search(text) is not None
 
 
 def qualified_name(obj: Any) -> str:
@@ -144,6 +95,12 @@ def encode(value: Any, where: str = "value") -> Any:
     """Turn ``value`` into plain JSON data every database stores, or raise
     ``EverystepError`` naming the type (or the problem) and the position."""
     return _encode(value, where, 0)
+
+
+def encode_nested(value: Any, where: str, depth: int) -> Any:
+    """``encode`` of a value found ``depth`` levels down in a stored value (the
+    nesting limit counts from the top)."""
+    return _encode(value, where, depth)
 
 
 def _encode(value: Any, where: str, depth: int) -> Any:
@@ -352,49 +309,3 @@ def parse_json(text: str, what: str) -> Any:
 def roundtrip(value: Any, where: str = "value") -> Any:
     """The value exactly as a replay would see it after storing it."""
     return decode(encode(value, where))
-
-
-def encode_error(exc: BaseException) -> dict[str, Any]:
-    """Store an exception as ``{type, message, args}``, and ``traceback`` (bounded text,
-    see ``failure_detail``) if it was raised; an argument that cannot be serialized is
-    stored as its ``repr()``."""
-    # The args sit two levels down in the stored error: {"args": [...]}.
-    args = [_encode_or_repr(arg, 2) for arg in exc.args]
-    error = {
-        "type": printable(qualified_name(type(exc))),
-        "message": printable(str(exc)),
-        "args": args,
-    }
-    trace = failure_detail.traceback_text(exc)
-    if trace is not None:
-        # Escaped before it is bounded: the escapes take room too.
-        error["traceback"] = failure_detail.bounded(printable(trace))
-    return error
-
-
-def _encode_or_repr(value: Any, depth: int) -> Any:
-    try:
-        return _encode(value, "exception argument", depth)
-    except EverystepError:
-        return printable(repr(value))
-
-
-def decode_error(data: dict[str, Any]) -> BaseException:
-    """Rebuild a stored exception, or a ``StepFailure`` carrying its message when the
-    type is gone or cannot be built from its stored args."""
-    rebuilt = _rebuild_error(data)
-    # Its traceback is the recorded one: the frames of a replay are not where it happened.
-    failure_detail.recorded(rebuilt, data.get("traceback"))
-    return rebuilt
-
-
-def _rebuild_error(data: dict[str, Any]) -> BaseException:
-    cls = import_qualified(data["type"])
-    args = data.get("args")
-    if isinstance(cls, type) and issubclass(cls, Exception) and args is not None:
-        try:
-            return cls(*decode(args))
-        except Exception:  # any constructor signature we cannot satisfy
-            pass
-    message = data.get("message")
-    return StepFailure(f"{data['type']}: {message}" if message else data["type"], data["type"])

@@ -22,7 +22,17 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
-from everystep import conf, failure_detail, registry, serde, signals, store, tracing
+from everystep import (
+    conf,
+    failure_detail,
+    registry,
+    safe_text,
+    serde,
+    signals,
+    store,
+    stored_errors,
+    tracing,
+)
 from everystep.engine.crashes import simulated_crash
 from everystep.engine.pass_state import Frame, RunState, Scope, current_frame
 from everystep.errors import (
@@ -208,14 +218,16 @@ def _settle(
 
 
 def encode_outcome_error(exc: BaseException) -> dict[str, Any]:
-    """The stored ``error`` of a run (with its traceback, see ``serde.encode_error``); a
+    """The stored ``error`` of a run (with its traceback, see ``stored_errors.encode_error``); a
     stop keeps its reason and payload readable; ``step_id`` says where a blocked run, or
     a run stopped inside a step, stopped."""
-    error = serde.encode_error(exc)
+    error = stored_errors.encode_error(exc)
     if isinstance(exc, Terminal):
         # The reason is shown, never rebuilt: printable on every database (a NUL in it
         # would make PostgreSQL refuse the whole outcome).
-        error["reason"] = serde.printable(exc.reason) if isinstance(exc.reason, str) else exc.reason
+        error["reason"] = (
+            safe_text.printable(exc.reason) if isinstance(exc.reason, str) else exc.reason
+        )
         error["payload"] = error["args"][1]
     # Where the run stopped: the uncertain step, or the step that raised Terminal.
     step_id = exc.step_id if isinstance(exc, EffectUncertain) else failure_detail.stop_step(exc)

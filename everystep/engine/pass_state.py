@@ -23,7 +23,7 @@ from everystep.engine import crashes
 from everystep.engine.crashes import maybe_crash
 from everystep.errors import EverystepError, ReachedNewWork
 from everystep.models import StepStatus
-from everystep.serde import storable_text
+from everystep.safe_text import storable_text
 from everystep.store import database
 from everystep.values import Claim, RecordedStep
 

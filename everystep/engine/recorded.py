@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from everystep import failure_detail, serde
+from everystep import failure_detail, serde, stored_errors
 from everystep.engine import replay
 from everystep.engine.pass_state import Frame, RunState, current_frame
 from everystep.engine.replay import Decision
@@ -83,7 +83,7 @@ def served(op: Operation) -> Any:
     if op.decision is Decision.SERVE_RESULT:
         return serde.decode(recorded.result)
     assert op.decision is Decision.RAISE_ERROR and recorded.error is not None
-    exc = serde.decode_error(recorded.error)
+    exc = stored_errors.decode_error(recorded.error)
     if isinstance(exc, Terminal):
         failure_detail.stopped_in(exc, op.step_id)  # as the live pass said where
         raise op.run.abort(exc)

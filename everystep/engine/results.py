@@ -30,7 +30,7 @@ from typing import Any
 from django.db import connections
 from django.utils import timezone
 
-from everystep import serde, store
+from everystep import serde, store, stored_errors
 from everystep.engine.parallel import raise_failures
 from everystep.engine.recorded import Operation, body_frame, code_changed, reach, served
 from everystep.engine.replay import Decision
@@ -98,7 +98,7 @@ def value(outcome: dict[str, Any]) -> Any:
         raise RunStopped(error.get("reason", error.get("message", "")), _payload(error))
     if status == Status.CANCELLED:
         raise RunCancelled(f"run {outcome['run']} was cancelled: {error.get('message', '')}")
-    raise serde.decode_error(error)
+    raise stored_errors.decode_error(error)
 
 
 def _payload(error: dict[str, Any]) -> Any:
@@ -183,7 +183,7 @@ def _named(runs: list[str]) -> str:
 def _time_out(op: Operation, wanted: list[str], deadline: Any, what: str) -> WaitTimeout:
     run = op.run
     error = WaitTimeout(f"{what}: the awaited runs of run {run.run_id} had not ended in time")
-    encoded = serde.encode_error(error)
+    encoded = stored_errors.encode_error(error)
     if deadline is None:
         run.record(op.step_id, op.name, StepStatus.FAILED, args=wanted, error=encoded)
     else:

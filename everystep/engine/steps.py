@@ -11,7 +11,7 @@ from typing import Any
 from django.db import connections
 from django.utils import timezone
 
-from everystep import conf, failure_detail, serde, store, tracing
+from everystep import conf, failure_detail, serde, store, stored_errors, tracing
 from everystep.engine.crashes import maybe_crash
 from everystep.engine.pass_state import Frame, RunState, current_frame
 from everystep.engine.recorded import body_frame, reach, served
@@ -107,7 +107,7 @@ def _run_and_record(
         if _passes_through(exc) or (defn.atomic and exc is run.aborted):
             raise
         maybe_crash(step_id, defn.name)
-        error = serde.encode_error(exc)
+        error = stored_errors.encode_error(exc)
         _record(run, record, "failed", began, error=error, after=defn.unsafe_to_repeat)
         # From here on the failure's traceback is the recorded one, as on a replay: the
         # run's outcome is then the same whether this pass or a later one gives it.
@@ -120,7 +120,7 @@ def _run_and_record(
         # The body must see what a replay will re-raise: if the exception cannot be
         # rebuilt as its own type, the live pass gets the StepFailure a replay would get
         # (with the original chained), so an `except` in the body behaves the same.
-        replayed = serde.decode_error(error)
+        replayed = stored_errors.decode_error(error)
         if type(replayed) is not type(exc):
             replayed.__cause__ = exc
             return replayed, None
@@ -130,7 +130,7 @@ def _run_and_record(
     try:
         result = serde.encode(value, f"result of step {step_id} ({defn.name})")
     except EverystepError as exc:
-        error = serde.encode_error(exc)
+        error = stored_errors.encode_error(exc)
         _record(run, record, "failed", began, error=error, after=defn.unsafe_to_repeat)
         return exc, None
     _record(run, record, "done", began, result=result, after=defn.unsafe_to_repeat)

@@ -21,7 +21,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from everystep import serde, signals, store
+from everystep import serde, signals, store, stored_errors
 from everystep.engine.pass_state import Frame, RunState, current_frame
 from everystep.engine.recorded import Operation, body_frame, reach, served
 from everystep.engine.replay import Decision
@@ -167,7 +167,7 @@ def woken(run: RunState, step_id: str, now: datetime, wake: datetime | None = No
 def _time_out(op: Operation, name: str, deadline: datetime | None) -> WaitTimeout:
     run = op.run
     error = WaitTimeout(f"no event {name!r} was sent to run {run.run_id} before the timeout")
-    encoded = serde.encode_error(error)
+    encoded = stored_errors.encode_error(error)
     if deadline is None:
         run.record(op.step_id, WAIT, StepStatus.FAILED, args=[name], error=encoded)
     else:

@@ -10,7 +10,7 @@ from typing import Any, overload
 
 from django.core.management.base import CommandError, CommandParser
 
-from everystep import serde
+from everystep import safe_text, serde
 from everystep.errors import EverystepError
 from everystep.models import Event, Status
 from everystep.store import bulk
@@ -30,7 +30,7 @@ def shown(value: str) -> str:
 
 def clipped(value: str) -> str:
     """``value`` as printable text cut to about ``SHOWN`` characters, without quotes."""
-    text = serde.escape_controls(value)
+    text = safe_text.escape_controls(value)
     return text if len(text) <= SHOWN else text[:SHOWN] + "…"
 
 
@@ -80,7 +80,7 @@ def checked_text(value: str | None, what: str) -> str | None:
     if value is None:
         return None
     try:
-        return serde.storable_text(value, what)
+        return safe_text.storable_text(value, what)
     except EverystepError as exc:
         raise CommandError(str(exc)) from None
 

@@ -19,7 +19,7 @@ from uuid import UUID
 from django.db.models import F, QuerySet
 
 from everystep.models import AuditEntry
-from everystep.serde import printable
+from everystep.safe_text import printable
 
 # An entry naming several runs keeps this many of their ids (and the count of all).
 RUN_IDS_KEPT = 100

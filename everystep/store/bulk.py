@@ -24,12 +24,12 @@ from django.db.models import F
 
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, AuditEntry, Status, Workflow, WorkflowQuerySet, uuid7
-from everystep.serde import encode_error
 from everystep.store import audit, database, run_waits
 from everystep.store.audit import Actor
 from everystep.store.reports import filtered_runs, id_bounds
 from everystep.store.runs import cancel_children
 from everystep.store.wake import notify_due
+from everystep.stored_errors import encode_error
 
 DEFAULT_BATCH_SIZE = 1000
 # Far above what a short transaction should lock, and below every database's limit on

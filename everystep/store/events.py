@@ -23,7 +23,8 @@ from django.utils import timezone
 
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Event, Status, Workflow
-from everystep.serde import encode, storable_text
+from everystep.safe_text import storable_text
+from everystep.serde import encode
 from everystep.store import audit, database
 from everystep.store.audit import Actor
 from everystep.store.guard import guarded

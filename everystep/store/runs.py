@@ -26,11 +26,13 @@ from everystep.errors import (
     TablesMissing,
 )
 from everystep.models import Status, Step, StepStatus, Workflow
-from everystep.serde import encode, encode_error, parse_json, storable_text
+from everystep.safe_text import storable_text
+from everystep.serde import encode, parse_json
 from everystep.store import audit, database, run_waits
 from everystep.store.audit import Actor
 from everystep.store.guard import guarded, too_large
 from everystep.store.wake import notify_due
+from everystep.stored_errors import encode_error
 from everystep.values import RecordedStep
 
 logger = logging.getLogger("everystep.schedule")

@@ -21,7 +21,7 @@ from django.utils.http import urlencode
 from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_POST
 
-from everystep import conf, serde, store
+from everystep import conf, safe_text, serde, store
 from everystep.engine.fork import fork_run
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
@@ -122,7 +122,7 @@ class Done(NamedTuple):
 
 def _perform(action: str, run_id: str, form: Any, *, actor: Actor) -> Done:
     """Do ``action`` as ``actor``, with the reason the form gives, if any."""
-    reason = serde.storable_text(form.get("reason", ""), "the reason").strip()
+    reason = safe_text.storable_text(form.get("reason", ""), "the reason").strip()
     if action == "cancel":
         store.cancel_run(run_id, actor=actor, reason=reason)
         return Done(action)
@@ -140,7 +140,7 @@ def _perform(action: str, run_id: str, form: Any, *, actor: Actor) -> Done:
 
 
 def _send(run_id: str, form: Any, actor: Actor, reason: str) -> Done:
-    name = serde.storable_text(form.get("name", ""), "the event name")
+    name = safe_text.storable_text(form.get("name", ""), "the event name")
     text = form.get("payload", "").strip()
     # An empty payload field sends null, as everystep.send(run_id, name) does.
     payload = serde.parse_json(text, "the payload") if text else None
@@ -151,7 +151,7 @@ def _send(run_id: str, form: Any, actor: Actor, reason: str) -> Done:
 
 def _fork(run_id: str, form: Any, actor: Actor) -> Done:
     # Empty: fork_run's default point, the first step that failed or has no outcome.
-    from_step = serde.storable_text(form.get("from_step", ""), "the step id").strip() or None
+    from_step = safe_text.storable_text(form.get("from_step", ""), "the step id").strip() or None
     new = fork_run(run_id, from_step=from_step, actor=actor)
     return Done("fork", f" (new run {new.id}, from step {new.forked_from_step})", new.id)
 
@@ -213,7 +213,7 @@ def _runner_refusal(name: str) -> str | None:
     if not name:
         return "no-runner"
     try:
-        serde.storable_text(name, "the runner name")
+        safe_text.storable_text(name, "the runner name")
     except EverystepError:
         return "bad-text"
     if len(name) > RUNNER_NAME_MAX_LENGTH:
@@ -244,12 +244,12 @@ def runner_notices(request: HttpRequest) -> list[str]:
     if not (done.isascii() and done.isdigit() and len(done) < 10):
         return []
     known = 0 < len(name) <= RUNNER_NAME_MAX_LENGTH and _known_runner(name)
-    held = f" held by {serde.escape_controls(name)!r}" if known else ""
+    held = f" held by {safe_text.escape_controls(name)!r}" if known else ""
     return [f"Done: requeued {int(done)} run(s){held}."]
 
 
 def _known_runner(name: str) -> bool:
     try:
-        return store.get_runner(serde.storable_text(name, "the runner name")) is not None
+        return store.get_runner(safe_text.storable_text(name, "the runner name")) is not None
     except EverystepError:
         return False

@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from everystep.models import AuditEntry
-from everystep.serde import printable
+from everystep.safe_text import printable
 from everystep.store import audit
 from everystep.ui.access import ui_view
 from everystep.ui.run_table import run_hrefs

@@ -15,7 +15,7 @@ from uuid import UUID
 from django.http import HttpRequest, QueryDict
 from django.utils import timezone
 
-from everystep import serde
+from everystep import safe_text
 from everystep.errors import EverystepError
 from everystep.models import Status
 from everystep.times import parse_moment
@@ -112,11 +112,11 @@ def _status(request: HttpRequest, found: RunsQuery) -> str | None:
 def _text(request: HttpRequest, param: str, what: str, found: RunsQuery) -> str | None:
     value = request.GET.get(param, "").strip()
     try:
-        serde.storable_text(value, what)
+        safe_text.storable_text(value, what)
     except EverystepError as exc:
         found.notices.append(f"{exc}; no run matches it.")
         found.matchable = False
-        found.shown[param] = clipped(serde.printable(value))
+        found.shown[param] = clipped(safe_text.printable(value))
         return None
     if len(value) > FILTER_MAX_LENGTH:
         found.notices.append(f"{what} is longer than {FILTER_MAX_LENGTH} characters.")
@@ -143,7 +143,7 @@ def _moment(request: HttpRequest, param: str, found: RunsQuery) -> datetime | No
         moment = parse_moment(text)
     except ValueError:
         found.notices.append(
-            f"The {what} time {clipped(serde.printable(text))!r} ignored; "
+            f"The {what} time {clipped(safe_text.printable(text))!r} ignored; "
             "write it as YYYY-MM-DD or YYYY-MM-DDTHH:MM."
         )
         return None
@@ -162,7 +162,7 @@ def _parent(request: HttpRequest, found: RunsQuery) -> UUID | None:
         return None
     parent = parse_run_id(text)
     if parent is None:
-        shown = clipped(serde.printable(text))
+        shown = clipped(safe_text.printable(text))
         found.notices.append(
             f"The parent filter {shown!r} is not a run id (a UUID); no run matches it."
         )
@@ -179,7 +179,7 @@ def _cursor(request: HttpRequest, param: str, found: RunsQuery) -> UUID | None:
         return None
     cursor = parse_run_id(text)
     if cursor is None:
-        found.notices.append(f"The paging position {clipped(serde.printable(text))!r} ignored.")
+        found.notices.append(f"The paging position {clipped(safe_text.printable(text))!r} ignored.")
     return cursor
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from everystep import registry, serde, store
+from everystep import registry, safe_text, store
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
 
@@ -91,7 +91,7 @@ def refusal(action: str, run_id: str, form: Any, exc: EverystepError) -> str:
 
 def _storable(text: str) -> bool:
     try:
-        serde.storable_text(text, "a field")
+        safe_text.storable_text(text, "a field")
     except EverystepError:
         return False
     return True

@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from everystep import failure_detail, serde
+from everystep import failure_detail, safe_text
 from everystep.models import Status, Workflow
 from everystep.store.step_pages import StepOutline, StepRow, step_outlines, step_rows
 from everystep.ui.actions import uncertain_steps
@@ -140,7 +140,7 @@ def outcome_context(
 def _traceback(error: Any) -> str:
     trace = error.get("traceback") if isinstance(error, dict) else None
     # printable: a row is read as it is stored, whoever wrote it.
-    return serde.printable(trace) if isinstance(trace, str) else ""
+    return safe_text.printable(trace) if isinstance(trace, str) else ""
 
 
 def _without_traceback(error: Any) -> Any:
@@ -268,10 +268,10 @@ def _took(step: StepRow, zone: tzinfo) -> str:
 def _step_error(error: Any) -> str:
     if not isinstance(error, dict) or not error.get("type"):
         return ""
-    message = serde.printable(str(error.get("message", "")))
+    message = safe_text.printable(str(error.get("message", "")))
     if len(message) > MESSAGE_SHOWN:  # all of it is in the step's JSON
         message = message[: MESSAGE_SHOWN - 1] + "…"
-    return format_html(STEP_ERROR, type=serde.printable(str(error["type"])), message=message)
+    return format_html(STEP_ERROR, type=safe_text.printable(str(error["type"])), message=message)
 
 
 def _open_until(found: Workflow) -> datetime:

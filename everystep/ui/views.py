@@ -19,7 +19,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 
-from everystep import conf, serde, store
+from everystep import conf, safe_text, store
 from everystep.models import Status, Workflow
 from everystep.store.reports import ID_PREFIX_MIN, run_wait
 from everystep.ui import actions, bulk, filters, run_page
@@ -53,7 +53,7 @@ def _pretty(value: Any) -> str:
         text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
     # printable: a row stored before values were escaped may hold a lone surrogate
     # (SQLite took them), which no response can encode.
-    text = serde.printable(text)
+    text = safe_text.printable(text)
     if len(text) <= JSON_MAX_LENGTH:
         return text
     # A browser chokes on a page of many megabytes; the whole value is one command away.
@@ -212,7 +212,7 @@ def _headline(error: Any) -> dict[str, str]:
     """The type and message of a run's error, printable whatever the row holds."""
     if not isinstance(error, dict) or not error.get("type"):
         return {}
-    return {key: serde.printable(str(error.get(key, ""))) for key in ("type", "message")}
+    return {key: safe_text.printable(str(error.get(key, ""))) for key in ("type", "message")}
 
 
 @ui_view

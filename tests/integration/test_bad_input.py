@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from everystep import registry, schedule, serde, workflow
+from everystep import registry, schedule, serde, stored_errors, workflow
 from everystep.engine.execute import run_pass
 from everystep.errors import EverystepError
 from everystep.models import Step, Workflow
@@ -96,7 +96,7 @@ def test_step_error_with_nul_is_recorded_and_replayed():
     assert "\\x00" in run.error["message"]  # spelled out, not SQL text
     ((status, _, error),) = steps_of(run).values()
     assert status == "failed"
-    assert serde.decode_error(error).args == ("bad\x00byte", "second arg")
+    assert stored_errors.decode_error(error).args == ("bad\x00byte", "second arg")
 
 
 @pytest.mark.parametrize("key", ["key\x00", "\udcff"])

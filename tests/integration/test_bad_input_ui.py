@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from everystep import schedule, serde
+from everystep import schedule, serde, stored_errors
 from everystep.models import Step, Workflow
 from everystep.testing import run_due
 from tests.staff import staff_user
@@ -318,7 +318,7 @@ def test_a_settled_error_with_a_nul_is_stored_printable(staff, history):
     step = Step.objects.get(workflow=run, step_id="2")
     assert step.status == "failed"
     assert step.error["message"] == "bank\\u0000down"
-    assert serde.decode_error(step.error).args[0] == "bank\x00down"
+    assert stored_errors.decode_error(step.error).args[0] == "bank\x00down"
 
 
 # --- big values on the run page ---------------------------------------------------------

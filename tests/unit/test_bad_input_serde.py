@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from everystep import serde
+from everystep import safe_text, serde, stored_errors
 from everystep.errors import EverystepError, StepFailure
 
 # Any code point, lone surrogates and NUL included.
@@ -136,21 +136,21 @@ def test_a_cycle_is_an_everystep_error() -> None:
 
 def test_error_with_nul_keeps_its_args_and_shows_its_message() -> None:
     """An exception's message is stored printable; its args round-trip exactly."""
-    data = json.loads(json.dumps(serde.encode_error(ValueError("bad\x00byte", "\udcff"))))
+    data = json.loads(json.dumps(stored_errors.encode_error(ValueError("bad\x00byte", "\udcff"))))
     assert_every_database_takes(json.dumps(data))
     assert data["message"] == "('bad\\x00byte', '\\udcff')"  # the tuple's repr
-    rebuilt = serde.decode_error(data)
+    rebuilt = stored_errors.decode_error(data)
     assert type(rebuilt) is ValueError and rebuilt.args == ("bad\x00byte", "\udcff")
 
 
 def test_error_message_with_nul_is_printable() -> None:
     """A one-argument exception's message spells the NUL out."""
-    assert serde.encode_error(RuntimeError("a\x00b"))["message"] == "a\\u0000b"
+    assert stored_errors.encode_error(RuntimeError("a\x00b"))["message"] == "a\\u0000b"
 
 
 def test_too_deep_exception_argument_is_stored_as_its_repr() -> None:
     """An exception argument nested too deeply for the error row is kept as its repr."""
-    data = serde.encode_error(ValueError(nested(serde.MAX_DEPTH)))
+    data = stored_errors.encode_error(ValueError(nested(serde.MAX_DEPTH)))
     assert data["args"] == [repr(nested(serde.MAX_DEPTH))]
 
 
@@ -164,7 +164,7 @@ def test_too_deep_exception_argument_is_stored_as_its_repr() -> None:
 )
 def test_base_exceptions_come_back_as_step_failure(exc: BaseException, message: str) -> None:
     """A recorded BaseException is never re-raised as itself: a StepFailure names it."""
-    rebuilt = serde.decode_error(serde.encode_error(exc))
+    rebuilt = stored_errors.decode_error(stored_errors.encode_error(exc))
     assert isinstance(rebuilt, StepFailure)
     assert (str(rebuilt), rebuilt.original_type) == (message, serde.qualified_name(type(exc)))
 
@@ -183,10 +183,10 @@ def test_base_exceptions_come_back_as_step_failure(exc: BaseException, message: 
 def test_storable_text_names_the_problem_and_position(text: str, message: str) -> None:
     """Identifiers and filters are refused, not escaped, saying what and where."""
     with pytest.raises(EverystepError, match=message):
-        serde.storable_text(text, "the filter")
-    assert serde.storable_text("ordinary é ✓", "the filter") == "ordinary é ✓"
+        safe_text.storable_text(text, "the filter")
+    assert safe_text.storable_text("ordinary é ✓", "the filter") == "ordinary é ✓"
 
 
 def test_printable_spells_out_what_cannot_be_stored() -> None:
     """Messages keep their other characters and spell NUL and surrogates out."""
-    assert serde.printable("é\x00\udcff✓") == "é\\u0000\\udcff✓"
+    assert safe_text.printable("é\x00\udcff✓") == "é\\u0000\\udcff✓"

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from everystep import serde
+from everystep import serde, stored_errors
 from everystep.engine.results import value
 from everystep.errors import RunCancelled, RunStopped, StepFailure, Terminal
 
@@ -25,7 +25,7 @@ def test_a_completed_run_gives_its_result_decoded() -> None:
 
 def test_a_failed_run_raises_its_exception_rebuilt() -> None:
     with pytest.raises(KeyError, match="sku"):
-        value(outcome("failed", error=serde.encode_error(KeyError("sku"))))
+        value(outcome("failed", error=stored_errors.encode_error(KeyError("sku"))))
 
 
 def test_a_failure_whose_type_is_gone_is_a_step_failure() -> None:
@@ -45,6 +45,6 @@ def test_a_stopped_run_raises_run_stopped_with_reason_and_payload() -> None:
 
 
 def test_a_cancelled_run_raises_run_cancelled() -> None:
-    error = serde.encode_error(Exception("cancelled by admin"))
+    error = stored_errors.encode_error(Exception("cancelled by admin"))
     with pytest.raises(RunCancelled, match="r-1 was cancelled: cancelled by admin"):
         value(outcome("cancelled", error=error))

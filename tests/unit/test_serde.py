@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from everystep import serde
+from everystep import serde, stored_errors
 from everystep.errors import EffectUncertain, EverystepError, StepFailure, Terminal
 
 PARIS = ZoneInfo("Europe/Paris")
@@ -336,7 +336,7 @@ def test_enum_class_that_cannot_be_imported_is_refused_on_decode() -> None:
 
 def test_encode_error_shape() -> None:
     """An exception is stored as ``{type: module.Qualname, message, args}``."""
-    assert serde.encode_error(ValueError("bad", 3)) == {
+    assert stored_errors.encode_error(ValueError("bad", 3)) == {
         "type": "builtins.ValueError",
         "message": "('bad', 3)",
         "args": ["bad", 3],
@@ -355,8 +355,8 @@ def test_encode_error_shape() -> None:
 )
 def test_builtin_exception_round_trips(exc: Exception) -> None:
     """A builtin exception is rebuilt as the same type with the same args."""
-    data = json.loads(json.dumps(serde.encode_error(exc)))
-    got = serde.decode_error(data)
+    data = json.loads(json.dumps(stored_errors.encode_error(exc)))
+    got = stored_errors.decode_error(data)
     assert type(got) is type(exc)
     assert got.args == exc.args
     assert str(got) == str(exc)
@@ -365,7 +365,7 @@ def test_builtin_exception_round_trips(exc: Exception) -> None:
 def test_exception_args_are_decoded_with_extended_types() -> None:
     """Exception args holding extended types come back as those types."""
     when = dt.date(2024, 1, 2)
-    got = serde.decode_error(serde.encode_error(ValueError(when, Decimal("1.10"))))
+    got = stored_errors.decode_error(stored_errors.encode_error(ValueError(when, Decimal("1.10"))))
     assert type(got) is ValueError
     assert got.args == (when, Decimal("1.10"))
     assert str(got.args[1]) == "1.10"
@@ -374,8 +374,8 @@ def test_exception_args_are_decoded_with_extended_types() -> None:
 def test_terminal_keeps_reason_and_payload() -> None:
     """``Terminal(reason, payload)`` is rebuilt as Terminal with both reason and payload."""
     payload = {"order": 17, "when": dt.date(2024, 3, 1), "tags": ["a"]}
-    data = json.loads(json.dumps(serde.encode_error(Terminal("out of stock", payload))))
-    got = serde.decode_error(data)
+    data = json.loads(json.dumps(stored_errors.encode_error(Terminal("out of stock", payload))))
+    got = stored_errors.decode_error(data)
     assert type(got) is Terminal
     assert got.reason == "out of stock"
     assert got.payload == payload
@@ -384,7 +384,7 @@ def test_terminal_keeps_reason_and_payload() -> None:
 
 def test_terminal_without_payload_round_trips() -> None:
     """``Terminal(reason)`` comes back with a None payload."""
-    got = serde.decode_error(serde.encode_error(Terminal("stop")))
+    got = stored_errors.decode_error(stored_errors.encode_error(Terminal("stop")))
     assert isinstance(got, Terminal)
     assert got.reason == "stop"
     assert got.payload is None
@@ -392,9 +392,9 @@ def test_terminal_without_payload_round_trips() -> None:
 
 def test_exception_that_cannot_be_rebuilt_falls_back_to_step_failure() -> None:
     """A type whose constructor rejects its stored args becomes StepFailure with the message."""
-    data = serde.encode_error(TwoArgError("E42", "disk full"))
+    data = stored_errors.encode_error(TwoArgError("E42", "disk full"))
     assert data["type"] == f"{__name__}.TwoArgError"
-    got = serde.decode_error(data)
+    got = stored_errors.decode_error(data)
     assert type(got) is StepFailure
     assert got.original_type == f"{__name__}.TwoArgError"
     assert "E42: disk full" in str(got)
@@ -411,7 +411,9 @@ def test_exception_that_cannot_be_rebuilt_falls_back_to_step_failure() -> None:
 )
 def test_unknown_exception_type_falls_back_to_step_failure(type_path: str) -> None:
     """A stored type that is gone or not an exception becomes StepFailure with the message."""
-    got = serde.decode_error({"type": type_path, "message": "it broke", "args": ["it broke"]})
+    got = stored_errors.decode_error(
+        {"type": type_path, "message": "it broke", "args": ["it broke"]}
+    )
     assert type(got) is StepFailure
     assert got.original_type == type_path
     assert "it broke" in str(got)
@@ -420,35 +422,37 @@ def test_unknown_exception_type_falls_back_to_step_failure(type_path: str) -> No
 def test_unserializable_args_are_stored_as_repr() -> None:
     """An exception argument that cannot be serialized is stored as its repr()."""
     exc = ValueError({1, 2})
-    data = serde.encode_error(exc)
+    data = stored_errors.encode_error(exc)
     assert data == {"type": "builtins.ValueError", "message": "{1, 2}", "args": ["{1, 2}"]}
     json.dumps(data)
-    got = serde.decode_error(data)
+    got = stored_errors.decode_error(data)
     assert type(got) is ValueError and got.args == ("{1, 2}",)
 
 
 def test_terminal_with_an_unserializable_payload_stays_terminal() -> None:
     """A Terminal whose payload cannot be stored is still a Terminal on replay."""
-    got = serde.decode_error(serde.encode_error(Terminal("stop", object())))
+    got = stored_errors.decode_error(stored_errors.encode_error(Terminal("stop", object())))
     assert type(got) is Terminal and got.reason == "stop"
     assert got.payload.startswith("<object object")
 
 
 def test_step_failure_and_effect_uncertain_keep_their_fields() -> None:
     """StepFailure.original_type and EffectUncertain.step_id survive a round trip."""
-    failure = serde.decode_error(serde.encode_error(StepFailure("gone", "x.Y")))
+    failure = stored_errors.decode_error(stored_errors.encode_error(StepFailure("gone", "x.Y")))
     assert type(failure) is StepFailure
     assert (str(failure), failure.original_type) == ("gone", "x.Y")
-    uncertain = serde.decode_error(serde.encode_error(EffectUncertain("unsure", "fan.0.1")))
+    uncertain = stored_errors.decode_error(
+        stored_errors.encode_error(EffectUncertain("unsure", "fan.0.1"))
+    )
     assert type(uncertain) is EffectUncertain
     assert (str(uncertain), uncertain.step_id) == ("unsure", "fan.0.1")
 
 
 def test_encoded_error_is_valid_json() -> None:
     """The stored exception form is plain JSON even with extended-type args."""
-    data = serde.encode_error(Terminal("r", {"id": uuid.UUID(int=1), "b": b"\x01"}))
+    data = stored_errors.encode_error(Terminal("r", {"id": uuid.UUID(int=1), "b": b"\x01"}))
     text = json.dumps(data, allow_nan=False)
-    got = serde.decode_error(json.loads(text))
+    got = stored_errors.decode_error(json.loads(text))
     assert isinstance(got, Terminal)
     assert got.payload == {"id": uuid.UUID(int=1), "b": b"\x01"}
 

@@ -19,7 +19,7 @@ from everystep.management.arguments import (
     run_or_filter,
     runs_text,
 )
-from everystep.serde import escape_controls
+from everystep.safe_text import escape_controls
 from everystep.store.audit import Actor
 from everystep.store.bulk import RunFilter
 from everystep.store.runs import missing_tables

@@ -20,7 +20,7 @@ from everystep.management.arguments import (
 )
 from everystep.management.commands._base import EverystepCommand
 from everystep.models import Status, Workflow
-from everystep.serde import escape_controls
+from everystep.safe_text import escape_controls
 from everystep.store.reports import run_wait
 
 # More rows than anyone reads in a terminal, and far below what LIMIT takes.

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from everystep import serde, store
+from everystep import safe_text, store
 from everystep.failure_detail import stopped_at
 from everystep.management.arguments import RUN_ID_HELP, checked_run_id, wait_json, wait_text
 from everystep.management.commands._base import EverystepCommand
@@ -116,7 +116,7 @@ class Command(EverystepCommand):
         if not rows:
             return
         # Escaped before they are measured: "\x1b" takes four columns, ESC none.
-        rows = [[serde.escape_controls(cell) for cell in row] for row in rows]
+        rows = [[safe_text.escape_controls(cell) for cell in row] for row in rows]
         widths = [max(len(row[col]) for row in rows) for col in range(len(rows[0]) - 1)]
         for row in rows:
             padded = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
@@ -178,7 +178,7 @@ def _stopped_at(run: Workflow, steps: list[Step]) -> str | None:
 
 def _traceback(error: Any) -> str:
     trace = error.get("traceback") if isinstance(error, dict) else None
-    return serde.printable(trace) if isinstance(trace, str) else ""
+    return safe_text.printable(trace) if isinstance(trace, str) else ""
 
 
 def _step_detail(step: Step) -> dict[str, Any]:
@@ -218,7 +218,7 @@ def _step_cells(step: Step) -> list[str]:
 
 def _took(step: Step, duration: float | None) -> str:
     if step.settled_by is not None:
-        return f"settled by {serde.printable(step.settled_by)} at {_when(step.finished_at)}"
+        return f"settled by {safe_text.printable(step.settled_by)} at {_when(step.finished_at)}"
     return "-" if duration is None else f"{duration:.3f}s"
 
 
@@ -232,14 +232,14 @@ def _duration(step: Step) -> float | None:
 
 def _error(error: Any) -> str:
     if isinstance(error, dict) and "type" in error:
-        return serde.escape_controls(f"{error['type']}: {error.get('message', '')}")
+        return safe_text.escape_controls(f"{error['type']}: {error.get('message', '')}")
     return _json(error)
 
 
 def _json(value: Any) -> str:
     # Escaped: a row stored before values were escaped may hold a lone surrogate (SQLite
     # took them), which a UTF-8 terminal cannot be sent; JSON leaves DEL, C1 and U+2028.
-    return serde.escape_controls(json.dumps(value, ensure_ascii=False))
+    return safe_text.escape_controls(json.dumps(value, ensure_ascii=False))
 
 
 def _clip(text: str) -> str:
