@@ -180,8 +180,8 @@ def schedule(
     """
     from django.utils import timezone
 
-    from everystep import store
     from everystep.engine.waits import as_delay, as_instant
+    from everystep.store.runs import create_run
 
     if at is not None and delay is not None:
         raise TypeError("schedule() takes at= or delay=, not both")
@@ -189,7 +189,7 @@ def schedule(
     if delay is not None:
         due += as_delay(delay, "schedule() delay")
     defn, stored = _run_of(workflow_fn, args, keywords, idempotency_key, "schedule")
-    return store.create_run(defn.name, stored, idempotency_key, due_at=due)
+    return create_run(defn.name, stored, idempotency_key, due_at=due)
 
 
 def start(
@@ -203,14 +203,14 @@ def start(
     ``workflow_fn(*args)``, recorded like a step, so a replay returns the same child and
     no crash can start a second one; the child's ``parent`` is the calling run. Outside
     a running body it is ``schedule()``."""
-    from everystep import store
     from everystep.engine import children
     from everystep.engine.recorded import body_frame
+    from everystep.store.runs import create_run
 
     defn, stored = _run_of(workflow_fn, args, keywords, idempotency_key, "start")
     frame = body_frame()
     if frame is None:
-        return store.create_run(defn.name, stored, idempotency_key)
+        return create_run(defn.name, stored, idempotency_key)
     return children.start(frame, defn.name, stored, idempotency_key, everystep_id)
 
 
@@ -396,9 +396,9 @@ def send(run_id: UUID | str, name: str, payload: Any = None) -> bool:
     and make it due at once if it waits. Returns False if an event of that name was
     already sent to the run (the first payload wins). Raises ``EverystepError`` for an
     unknown or finished run."""
-    from everystep import store
+    from everystep.store.events import send_event
 
-    return store.send_event(run_id, name, payload)
+    return send_event(run_id, name, payload)
 
 
 def patched(change_id: str) -> bool:

@@ -159,7 +159,7 @@ _QUEUE_GAUGES = (
         "everystep_workflows_waiting",
         "waiting",
         # A parent awaiting its children (result, gather) is one of these too: it is
-        # scheduled and not due, like a run waiting for an event (store.waiting_count).
+        # scheduled and not due, like a run waiting for an event (waiting_count).
         "Runs sleeping, waiting for an event or for other runs, or scheduled to start later.",
     ),
     ("everystep_workflows_running", "running", "Runs claimed by a worker."),
@@ -186,10 +186,10 @@ class QueueCollector(Collector if prometheus_client else object):  # type: ignor
             yield GaugeMetricFamily(name, doc)
 
     def collect(self) -> Iterator[Any]:
-        from everystep import store
+        from everystep.store.reports import queue_stats
 
         try:
-            stats = store.queue_stats()
+            stats = queue_stats()
         except DatabaseError as exc:
             logger.warning(
                 "queue metrics unavailable: %s", exc, extra={"event": "metrics.queue_unavailable"}

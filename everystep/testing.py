@@ -71,11 +71,14 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from everystep import registry, store
+from everystep import registry
 from everystep.engine import crashes, results, waits
 from everystep.engine.execute import run_pass
 from everystep.errors import EverystepError
 from everystep.models import Workflow
+from everystep.store.claims import claim_due, reclaim_parked
+from everystep.store.runs import get_run
+from everystep.store.timeshift import shift_pending
 
 DEFAULT_RUNNER = "everystep-testing"
 # Far beyond any test, and short enough that a time moved earlier stays one every
@@ -98,22 +101,22 @@ def run_due(
     if advance is not None:
         elapsed = _advance(advance)
         if elapsed:
-            store.shift_pending(
+            shift_pending(
                 elapsed, sleep=waits.SLEEP, waits=(waits.WAIT, results.RESULT, results.GATHER)
             )
     seen: dict[Any, None] = {}
     passes = 0
-    queue = store.reclaim_parked(runner)
+    queue = reclaim_parked(runner)
     while passes < max_passes:
         if not queue:
-            queue = store.claim_due(runner, 1)
+            queue = claim_due(runner, 1)
             if not queue:
                 break
         current = queue.pop(0)
         run_pass(current)
         seen[current.run_id] = None
         passes += 1
-    return [run for run_id in seen if (run := store.get_run(run_id)) is not None]
+    return [run for run_id in seen if (run := get_run(run_id)) is not None]
 
 
 def _advance(value: timedelta | float) -> timedelta:

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from everystep import registry, store
+from everystep import registry
 from everystep.engine.execute import replay
 from everystep.engine.pass_state import RunState
 from everystep.errors import (
@@ -38,7 +38,7 @@ from everystep.errors import (
     WorkflowCodeError,
 )
 from everystep.store import database
-from everystep.store.replay_check import RunToCheck
+from everystep.store.replay_check import CHECKED_STATUSES, RunToCheck, read_only, unfinished_batch
 from everystep.values import Claim
 
 BATCH = 200
@@ -81,7 +81,7 @@ class Report:
 
 
 def check_replay(
-    statuses: tuple[str, ...] = store.CHECKED_STATUSES,
+    statuses: tuple[str, ...] = CHECKED_STATUSES,
     workflow: str | None = None,
     limit: int | None = None,
 ) -> Report:
@@ -97,7 +97,7 @@ def check_replay(
             entry.failures.append(failure)
         for change_id, new_branch in patches.items():
             entry.patches.setdefault(change_id, [0, 0])[0 if new_branch else 1] += 1
-    report.complete = not report.truncated and set(statuses) >= set(store.CHECKED_STATUSES)
+    report.complete = not report.truncated and set(statuses) >= set(CHECKED_STATUSES)
     return report
 
 
@@ -108,8 +108,8 @@ def _runs(
     left = limit
     while left is None or left > 0:
         size = BATCH if left is None else min(BATCH, left)
-        with store.read_only():
-            batch = store.unfinished_batch(statuses, workflow, after, size)
+        with read_only():
+            batch = unfinished_batch(statuses, workflow, after, size)
             # Replayed inside the batch's transaction: waits read events there too.
             yield from batch
         if len(batch) < size:
@@ -118,7 +118,7 @@ def _runs(
         if left is not None:
             left -= len(batch)
     report.truncated = bool(
-        store.unfinished_batch(statuses, workflow, after, 1) if after is not None else False
+        unfinished_batch(statuses, workflow, after, 1) if after is not None else False
     )
 
 

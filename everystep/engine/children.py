@@ -13,11 +13,12 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from everystep import conf, store
+from everystep import conf
 from everystep.engine.pass_state import Frame
 from everystep.engine.recorded import code_changed, reach
 from everystep.engine.replay import Decision
 from everystep.models import StepStatus, Workflow
+from everystep.store.fenced import Child
 
 START = "everystep.start"
 
@@ -36,7 +37,7 @@ def start(
             StepStatus.DONE,
             args=[name, args],
             kwargs={} if idempotency_key is None else {"idempotency_key": idempotency_key},
-            child=store.Child(name, args, idempotency_key),
+            child=Child(name, args, idempotency_key),
         ).result
     else:
         assert op.recorded is not None and op.decision is Decision.SERVE_RESULT

@@ -29,7 +29,6 @@ from everystep import (
     safe_text,
     serde,
     signals,
-    store,
     stored_errors,
     tracing,
 )
@@ -49,6 +48,8 @@ from everystep.errors import (
 )
 from everystep.models import Status
 from everystep.store import database
+from everystep.store.fenced import finish_run, merges_records, requeue_run, suspend_run
+from everystep.store.runs import get_run, load_steps
 from everystep.values import Claim
 
 logger = logging.getLogger("everystep.engine")
@@ -76,7 +77,7 @@ def run_pass(claim: Claim, *, should_drain: Callable[[], bool] = lambda: False) 
 
 def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
     if claim.workflow is None:  # the claim was not read with its run: read it now
-        row = store.get_run(claim.run_id)
+        row = get_run(claim.run_id)
         if row is None:
             return _abandon(claim, "?", "the run row no longer exists")
         claim = replace(
@@ -115,12 +116,12 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
         claim=claim,
         workflow_name=name,
         # A fresh run has nothing recorded: no need to ask.
-        records={} if claim.fresh else store.load_steps(claim.run_id),
+        records={} if claim.fresh else load_steps(claim.run_id),
         should_drain=should_drain,
         # Branch threads cannot see the rows of an enclosing, uncommitted transaction
         # (a test wrapped in one), so forks run inline there.
         threads_allowed=not conn.in_atomic_block,
-        holds_records=store.merges_records(conn),
+        holds_records=merges_records(conn),
         traced=tracing.enabled(),
     )
     signals.run_started.emit(
@@ -188,7 +189,7 @@ def _settle(
     if isinstance(exc, StoreUnavailable):
         raise exc
     if isinstance(exc, Suspended):
-        if store.suspend_run(claim, exc.due, exc.events, exc.runs):
+        if suspend_run(claim, exc.due, exc.events, exc.runs):
             signals.run_suspended.emit(
                 sender=RunState,
                 run_id=claim.run_id,
@@ -203,7 +204,7 @@ def _settle(
     if isinstance(exc, DrainRequested | AlreadyRecorded):
         # A drain; or records this pass did not know of: if the claim still holds, a
         # fresh pass must replay them (leaving the run held would strand it).
-        if store.requeue_run(claim):
+        if requeue_run(claim):
             report_requeued(claim.run_id, workflow, claim.runner, str(exc))
             return PassResult("requeued", exc)
         return _abandon(claim, workflow, f"claim lost ({exc})")
@@ -251,7 +252,7 @@ def _finish(
     error = encode_outcome_error(exc) if exc is not None else None
     held = None if state is None else state.take_held()
     try:
-        written = store.finish_run(
+        written = finish_run(
             claim, status, result=result, error=error, step=None if held is None else held.values
         )
     except AlreadyRecorded as clash:  # another pass recorded the step: replay it

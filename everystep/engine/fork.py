@@ -36,13 +36,14 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from everystep import registry, serde, store
+from everystep import registry, serde
 from everystep.engine.check import check_pass, failure_of
 from everystep.errors import EverystepError, ReachedNewWork, RunInterrupted, Terminal
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow, uuid7
 from everystep.store import audit
 from everystep.store.forks import create_fork
 from everystep.store.replay_check import RunToCheck
+from everystep.store.runs import get_run, load_steps
 from everystep.values import RecordedStep
 
 logger = logging.getLogger("everystep.ops")
@@ -77,7 +78,7 @@ def fork_run(
             f"{original.name!r} in the installed code"
         )
     stored = original.args if args is None else _stored_args(original.name, args)
-    records = store.load_steps(original.id)
+    records = load_steps(original.id)
     new_id = uuid7()
     plan = plan_fork(original, new_id, stored, records, from_step)
     fork = create_fork(
@@ -113,7 +114,7 @@ def refusal(run: Workflow, from_step: str | None) -> str | None:
         _finished_run(run)
         if registry.lookup(run.name) is None:
             raise EverystepError(f"no @workflow is registered under {run.name!r} here")
-        plan_fork(run, uuid7(), run.args, store.load_steps(run.id), from_step)
+        plan_fork(run, uuid7(), run.args, load_steps(run.id), from_step)
     except EverystepError as exc:
         return str(exc)
     return None
@@ -122,7 +123,7 @@ def refusal(run: Workflow, from_step: str | None) -> str | None:
 def _finished_run(run: Workflow | UUID | str) -> Workflow:
     run_id = run.id if isinstance(run, Workflow) else run
     try:
-        found = store.get_run(UUID(str(run_id)))
+        found = get_run(UUID(str(run_id)))
     except ValueError:
         raise EverystepError(f"{str(run_id)[:60]!r} is not a run id (a UUID)") from None
     if found is None:

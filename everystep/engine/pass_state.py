@@ -18,13 +18,14 @@ from uuid import UUID
 
 from django.utils import timezone
 
-from everystep import signals, store
+from everystep import signals
 from everystep.engine import crashes
 from everystep.engine.crashes import maybe_crash
 from everystep.errors import EverystepError, ReachedNewWork
 from everystep.models import StepStatus
 from everystep.safe_text import storable_text
 from everystep.store import database
+from everystep.store.fenced import Child, record_step, settle_started, step_values
 from everystep.values import Claim, RecordedStep
 
 MAX_STEP_ID_LENGTH = 300
@@ -114,7 +115,7 @@ class RunState:
     patches: dict[str, bool] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Where the run's outcome can carry a record in its own statement
-    # (``store.merges_records``), an outcome record of the body's own scope is held back
+    # (``merges_records``), an outcome record of the body's own scope is held back
     # until the pass writes anything else, forks, starts a step's body (``flush``) or
     # ends: the pass's last record then costs no statement of its own.
     holds_records: bool = False
@@ -172,7 +173,7 @@ class RunState:
         began: float | None = None,
         started_at: Any = None,
         after_started: bool = False,
-        child: store.Child | None = None,
+        child: Child | None = None,
         crash_point: str | None = "after_record",
     ) -> RecordedStep:
         """Record an operation at ``step_id`` (fenced by the claim), then make it known:
@@ -184,7 +185,7 @@ class RunState:
         self.writing(step_id)
         self.flush()
         began = time.monotonic() if began is None else began
-        values = store.step_values(
+        values = step_values(
             step_id=step_id,
             name=name,
             args=[] if args is None else args,
@@ -211,7 +212,7 @@ class RunState:
             self.remember(step)
             self.held = Held(values, step, time.monotonic() - began)
             return step
-        result = store.record_step(self.claim, values, after_started=after_started, child=child)
+        result = record_step(self.claim, values, after_started=after_started, child=child)
         step = RecordedStep(step_id, name, status, result, error)
         self.remember(step)
         self.announce(step, time.monotonic() - began)
@@ -226,7 +227,7 @@ class RunState:
         which never runs beside a branch: one thread at a time calls this."""
         held, self.held = self.held, None
         if held is not None:
-            store.record_step(self.claim, held.values)
+            record_step(self.claim, held.values)
             self.announce(held.step, held.duration)
 
     def take_held(self) -> Held | None:
@@ -241,7 +242,7 @@ class RunState:
         self.writing(step_id)
         began = time.monotonic()
         self.flush()
-        store.settle_started(self.claim, step_id, status=status, result=result, error=error)
+        settle_started(self.claim, step_id, status=status, result=result, error=error)
         step = RecordedStep(step_id, name, status, result, error)
         self.remember(step)
         self.announce(step, time.monotonic() - began)

@@ -30,7 +30,7 @@ from typing import Any
 from django.db import connections
 from django.utils import timezone
 
-from everystep import serde, store, stored_errors
+from everystep import serde, stored_errors
 from everystep.engine.parallel import raise_failures
 from everystep.engine.recorded import Operation, body_frame, code_changed, reach, served
 from everystep.engine.replay import Decision
@@ -44,6 +44,8 @@ from everystep.errors import (
     WaitTimeout,
 )
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
+from everystep.store import run_waits
+from everystep.store.wake import EndedListener
 
 RESULT = "everystep.result"
 GATHER = "everystep.gather"
@@ -121,7 +123,7 @@ def _wait(
 def _outcomes(ids: list[uuid.UUID], what: str) -> list[dict[str, Any]] | None:
     """The outcomes of ``ids`` in order if all have ended, else None; an unknown id is
     an ``EverystepError``."""
-    found = store.outcomes(ids)
+    found = run_waits.outcomes(ids)
     missing = [str(run) for run in ids if run not in found]
     if missing:
         raise EverystepError(f"{what}: no run with id {', '.join(missing[:3])}")
@@ -165,7 +167,7 @@ def _durable(
     if ended is not None:
         woken(run, op.step_id, now)
         run.settle(op.step_id, op.name, StepStatus.DONE, result=ended)
-        store.release_waits(run.run_id)
+        run_waits.release(run.run_id)
         return ended
     if deadline is not None and deadline <= now:
         woken(run, op.step_id, now, deadline)
@@ -188,7 +190,7 @@ def _time_out(op: Operation, wanted: list[str], deadline: Any, what: str) -> Wai
         run.record(op.step_id, op.name, StepStatus.FAILED, args=wanted, error=encoded)
     else:
         run.settle(op.step_id, op.name, StepStatus.FAILED, error=encoded)
-        store.release_waits(run.run_id)
+        run_waits.release(run.run_id)
     return error
 
 
@@ -234,9 +236,9 @@ def _poll(ids: list[uuid.UUID], limit: timedelta | None, what: str) -> list[dict
     if refusal is not None:
         raise EverystepError(refusal)
     deadline = None if limit is None else time.monotonic() + limit.total_seconds()
-    with store.EndedListener() as listener:
+    with EndedListener() as listener:
         if listener.listening:
-            store.mark_awaited(ids)  # so their ends send the NOTIFY it listens for
+            run_waits.mark_awaited(ids)  # so their ends send the NOTIFY it listens for
         pause = _POLL_MOST if listener.listening else _POLL_FIRST
         while True:
             ended = _outcomes(ids, what)

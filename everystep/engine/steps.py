@@ -11,7 +11,7 @@ from typing import Any
 from django.db import connections
 from django.utils import timezone
 
-from everystep import conf, failure_detail, serde, store, stored_errors, tracing
+from everystep import conf, failure_detail, serde, stored_errors, tracing
 from everystep.engine.crashes import maybe_crash
 from everystep.engine.pass_state import Frame, RunState, current_frame
 from everystep.engine.recorded import body_frame, reach, served
@@ -26,6 +26,7 @@ from everystep.errors import (
 from everystep.models import StepStatus
 from everystep.registry import StepDef
 from everystep.store import database
+from everystep.store.fenced import fenced_transaction
 
 
 def call_step(
@@ -73,7 +74,7 @@ def _execute(
     # An atomic step's body and its record share one transaction, fenced by the claim:
     # its database writes commit with the record or not at all. The transaction is left
     # before the step's exception is raised, so a recorded failure commits too.
-    with store.fenced_transaction(run.claim) if defn.atomic else nullcontext():
+    with fenced_transaction(run.claim) if defn.atomic else nullcontext():
         raised, value = _run_and_record(frame, defn, record, args, kwargs)
     if raised is not None:
         raise raised

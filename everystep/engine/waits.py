@@ -21,12 +21,13 @@ from typing import Any
 
 from django.utils import timezone
 
-from everystep import serde, signals, store, stored_errors
+from everystep import serde, signals, stored_errors
 from everystep.engine.pass_state import Frame, RunState, current_frame
 from everystep.engine.recorded import Operation, body_frame, reach, served
 from everystep.engine.replay import Decision
 from everystep.errors import EverystepError, Suspended, WaitTimeout, WorkflowCodeError
 from everystep.models import StepStatus
+from everystep.store.events import check_event_name, event_payload
 from everystep.times import project_time
 
 SLEEP = "everystep.sleep"
@@ -69,14 +70,14 @@ def sleep_until(when: datetime) -> None:
 def wait_for(name: str, timeout: timedelta | float | None = None) -> Any:
     """Wait durably for the event ``name`` sent to this run with ``everystep.send``; return
     its payload, or raise ``WaitTimeout`` once ``timeout`` has passed without it."""
-    store.check_event_name(name)
+    check_event_name(name)
     limit = None if timeout is None else as_delay(timeout, "wait_for() timeout")
     op = reach(durable_frame("wait_for()"), WAIT, waits=True)
     run = op.run
     now = timezone.now()
     if op.decision is Decision.EXECUTE:
         deadline = None if limit is None else now + limit
-        sent, payload = store.event_payload(run.run_id, name)
+        sent, payload = event_payload(run.run_id, name)
         if sent:
             run.record(op.step_id, WAIT, StepStatus.DONE, args=[name], result=payload)
             return serde.decode(payload)
@@ -101,7 +102,7 @@ def wait_for(name: str, timeout: timedelta | float | None = None) -> Any:
             )
         )
     deadline = recorded_time(pending.get("deadline"))
-    sent, payload = store.event_payload(run.run_id, name)
+    sent, payload = event_payload(run.run_id, name)
     if sent:
         woken(run, op.step_id, now)
         run.settle(op.step_id, WAIT, StepStatus.DONE, result=payload)

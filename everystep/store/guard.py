@@ -9,7 +9,7 @@ import functools
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
-from django.db import InterfaceError, OperationalError
+from django.db import DatabaseError, InterfaceError, OperationalError
 
 from everystep.errors import EverystepError, StoreUnavailable
 from everystep.store import database
@@ -52,3 +52,10 @@ def too_large(exc: Exception) -> EverystepError | None:
         f"the database refused a value this large ({exc.args[-1]}): raise the server's "
         "max_allowed_packet, or keep large data out of arguments and results"
     )
+
+
+# What a database outage raises through Django: ``InterfaceError`` (a connection closed
+# under the driver) is not a ``DatabaseError``, and must not end a worker's loop either.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (DatabaseError, InterfaceError)
+# The same, as the engine's store calls report it.
+UNREACHABLE: tuple[type[BaseException], ...] = (*DATABASE_ERRORS, StoreUnavailable)

@@ -21,11 +21,14 @@ from django.utils.http import urlencode
 from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_POST
 
-from everystep import conf, safe_text, serde, store
+from everystep import conf, safe_text, serde
 from everystep.engine.fork import fork_run
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
 from everystep.store.audit import Actor
+from everystep.store.events import send_event
+from everystep.store.runners import get_runner, requeue_runner
+from everystep.store.runs import cancel_run, get_run, requeue_one, settle_step
 from everystep.ui import notices
 from everystep.ui.access import secured
 
@@ -89,7 +92,7 @@ def run_action(request: HttpRequest, run_id: UUID) -> HttpResponse:
         raise PermissionDenied("write actions need a staff login")
     if not user.has_perm(PERMISSIONS[action]):
         raise PermissionDenied(f"{action} needs the {PERMISSIONS[action]} permission")
-    if store.get_run(run_id) is None:
+    if get_run(run_id) is None:
         # Going back to the run's page would only say "not found" after a redirect.
         raise Http404(f"no run with id {run_id}")
     try:
@@ -124,10 +127,10 @@ def _perform(action: str, run_id: str, form: Any, *, actor: Actor) -> Done:
     """Do ``action`` as ``actor``, with the reason the form gives, if any."""
     reason = safe_text.storable_text(form.get("reason", ""), "the reason").strip()
     if action == "cancel":
-        store.cancel_run(run_id, actor=actor, reason=reason)
+        cancel_run(run_id, actor=actor, reason=reason)
         return Done(action)
     if action == "requeue":
-        store.requeue_one(run_id, actor=actor, reason=reason)
+        requeue_one(run_id, actor=actor, reason=reason)
         return Done(action)
     if action == "send":
         return _send(run_id, form, actor, reason)
@@ -135,7 +138,7 @@ def _perform(action: str, run_id: str, form: Any, *, actor: Actor) -> Done:
         return _fork(run_id, form, actor)
     step_id, mode = form.get("step_id", ""), form.get("mode", "")
     text = form.get("value", "")
-    store.settle_step(run_id, step_id, mode=mode, text=text, actor=actor, reason=reason)
+    settle_step(run_id, step_id, mode=mode, text=text, actor=actor, reason=reason)
     return Done(action, f" (step {step_id}: {mode})")
 
 
@@ -144,7 +147,7 @@ def _send(run_id: str, form: Any, actor: Actor, reason: str) -> Done:
     text = form.get("payload", "").strip()
     # An empty payload field sends null, as everystep.send(run_id, name) does.
     payload = serde.parse_json(text, "the payload") if text else None
-    if store.send_event(run_id, name, payload, actor=actor, reason=reason):
+    if send_event(run_id, name, payload, actor=actor, reason=reason):
         return Done("send", f" (event {name})")
     return Done("already-sent", f" (event {name}, already sent: ignored)")
 
@@ -190,7 +193,7 @@ def runner_requeue(request: HttpRequest) -> HttpResponse:
     refused = _runner_refusal(name)
     if refused is not None:
         return _back_to_runners(error=refused)
-    requeued = store.requeue_runner(name, actor=Actor.user(user))
+    requeued = requeue_runner(name, actor=Actor.user(user))
     logger.info(
         "runner %s: requeue of its %d run(s) by %s: %s",
         name,
@@ -218,7 +221,7 @@ def _runner_refusal(name: str) -> str | None:
         return "bad-text"
     if len(name) > RUNNER_NAME_MAX_LENGTH:
         return "unknown-runner"
-    runner = store.get_runner(name)
+    runner = get_runner(name)
     # A runner still beating would carry on with runs handed to other workers meanwhile:
     # the same rule as the command's (which has --force; the UI has none).
     if runner is not None and runner.may_be_alive(
@@ -250,6 +253,6 @@ def runner_notices(request: HttpRequest) -> list[str]:
 
 def _known_runner(name: str) -> bool:
     try:
-        return store.get_runner(safe_text.storable_text(name, "the runner name")) is not None
+        return get_runner(safe_text.storable_text(name, "the runner name")) is not None
     except EverystepError:
         return False

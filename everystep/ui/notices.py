@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from everystep import registry, safe_text, store
+from everystep import registry, safe_text
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
+from everystep.store.reports import run_steps
+from everystep.store.runs import SETTLE_MODES, get_run
 
 logger = logging.getLogger("everystep.ui")
 
@@ -76,7 +78,7 @@ def refusal(action: str, run_id: str, form: Any, exc: EverystepError) -> str:
     )
     if any(not _storable(form.get(field, "")) for field in _TEXT_FIELDS):
         return "bad-text"
-    run = store.get_run(run_id)
+    run = get_run(run_id)
     key, applies = _STATE_RULES[action]
     if run is None or not applies(run):
         return key
@@ -107,9 +109,9 @@ def _send_refusal(form: Any) -> str:
 
 def _resolve_refusal(run: Workflow, form: Any) -> str:
     mode = form.get("mode", "")
-    if mode not in store.SETTLE_MODES:
+    if mode not in SETTLE_MODES:
         return "bad-mode"
-    steps = {step.step_id: step for step in store.run_steps(run.id)}
+    steps = {step.step_id: step for step in run_steps(run.id)}
     step = steps.get(form.get("step_id", ""))
     if step is None:
         return "no-step"
@@ -125,7 +127,7 @@ def _fork_refusal(run: Workflow, form: Any) -> str:
     if registry.lookup(run.name) is None:
         return "not-registered"
     from_step = form.get("from_step", "").strip()
-    if from_step and from_step not in {step.step_id for step in store.run_steps(run.id)}:
+    if from_step and from_step not in {step.step_id for step in run_steps(run.id)}:
         return "no-step"
     return "fork-refused"
 
@@ -146,5 +148,5 @@ def _fork_reason(run: Workflow, asked: str) -> str | None:
     one of the run's recorded steps."""
     from everystep.engine.fork import refusal
 
-    steps = {step.step_id for step in store.run_steps(run.id)} if asked else set()
+    steps = {step.step_id for step in run_steps(run.id)} if asked else set()
     return refusal(run, asked if asked in steps else None)

@@ -19,9 +19,11 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 
-from everystep import conf, safe_text, store
+from everystep import conf, safe_text
 from everystep.models import Status, Workflow
-from everystep.store.reports import ID_PREFIX_MIN, run_wait
+from everystep.store.reports import COUNT_CAP, ID_PREFIX_MIN, list_runs, run_wait, status_counts
+from everystep.store.runners import held_runs, list_runners
+from everystep.store.runs import get_run
 from everystep.ui import actions, bulk, filters, run_page
 from everystep.ui.access import ui_view
 from everystep.ui.family import family_context
@@ -69,12 +71,12 @@ def runs(request: HttpRequest) -> HttpResponse:
     name, runner, parent run and creation time, or searched by run id, id prefix or
     idempotency key. A search that finds exactly one run opens it."""
     asked = filters.read(request, refresh=_refresh(request) is not None)
-    found = store.list_runs(**asked.list_filters(), limit=RUNS_LIMIT + 1) if asked.matchable else []
+    found = list_runs(**asked.list_filters(), limit=RUNS_LIMIT + 1) if asked.matchable else []
     if asked.search is not None and not asked.paging and len(found) == 1:
         return redirect("everystep:run", found[0].id)
     # Counted only for a page that shows them: a search's single hit is answered above.
     counts = (
-        store.status_counts(**asked.count_filters())
+        status_counts(**asked.count_filters())
         if asked.matchable
         else dict.fromkeys(Status.values, 0)
     )
@@ -92,7 +94,7 @@ def runs(request: HttpRequest) -> HttpResponse:
             (name, count_label(count), _runs_link(asked.query, status=name))
             for name, count in counts.items()
         ],
-        "count_cap": f"{store.COUNT_CAP:,}",
+        "count_cap": f"{COUNT_CAP:,}",
         "status": asked.status,
         "shown": asked.shown,
         "q": asked.shown.get("q", ""),
@@ -181,7 +183,7 @@ def _no_match(search: str) -> str:
 def run(request: HttpRequest, run_id: UUID) -> HttpResponse:
     """One run: arguments, outcome, parent and children, steps, their fork/sequence graph
     and timeline."""
-    found = store.get_run(run_id)
+    found = get_run(run_id)
     if found is None:
         raise Http404(f"no run with id {run_id}")
     # The steps, paged and collapsed for runs of thousands of steps (ui.run_page).
@@ -220,13 +222,13 @@ def runners(request: HttpRequest) -> HttpResponse:
     """The runners' heartbeat rows and the runs each one holds; dead runners that still
     hold runs stand out, with an action to requeue them."""
     now = timezone.now()
-    held = store.held_runs()
+    held = held_runs()
     # A heartbeat missed three times over is worth a look long before orphan recovery.
     heartbeat = conf.worker_default("heartbeat")
     late_after = 3 * heartbeat
     orphan_timeout = conf.worker_default("orphan_timeout")
     rows = []
-    for runner in store.list_runners():
+    for runner in list_runners():
         age = now - runner.last_seen
         count = held.pop(runner.name, 0)
         rows.append(

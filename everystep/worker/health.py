@@ -19,7 +19,8 @@ from typing import Any
 
 from django.db import connections
 
-from everystep import store
+from everystep.store import reports
+from everystep.store.guard import DATABASE_ERRORS
 from everystep.worker.worker_state import WorkerState
 
 logger = logging.getLogger("everystep.worker")
@@ -65,16 +66,16 @@ class Readiness:
     def __call__(self, worker: WorkerState) -> Probe:
         checks: dict[str, Any] = {"draining": worker.draining}
         try:
-            store.ping()
+            reports.ping()
             checks["database"] = "ok"
             self._reachable = True
             if not self._migrated:
-                missing = [m for m in store.unapplied_migrations() if m.startswith("everystep.")]
+                missing = [m for m in reports.unapplied_migrations() if m.startswith("everystep.")]
                 self._migrated = not missing
                 if missing:
                     checks["unapplied_migrations"] = missing
             checks["migrations"] = "ok" if self._migrated else "missing"
-        except store.DATABASE_ERRORS as exc:
+        except DATABASE_ERRORS as exc:
             # The answer says only "unreachable": a database error's text can name the
             # host, the user, the database, and the probe port may face a wider network
             # than the logs do. The log has the reason, once per outage.

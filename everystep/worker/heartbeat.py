@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
-from everystep import store
 from everystep.engine.execute import report_requeued
-from everystep.store import database
+from everystep.store import database, run_waits, runners
+from everystep.store.guard import DATABASE_ERRORS
 from everystep.worker.worker_state import WorkerState
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class Heartbeat(threading.Thread):
         if self.displaced:
             return  # the name is another process's now: its row is not ours to write
         sent = time.monotonic()
-        holder = store.beat(self.options.name, self.boot_id, **self._state())
+        holder = runners.beat(self.options.name, self.boot_id, **self._state())
         if holder is not None:
             self._displaced_by(holder)
             return
@@ -56,9 +56,9 @@ class Heartbeat(threading.Thread):
 
     def take_name(self, replacing: Runner | None) -> bool:
         """Make this boot the holder of the runner name, if ``replacing`` (the row as last
-        read; ``None``: no row) is still as read (``store.take_name``)."""
+        read; ``None``: no row) is still as read (``runners.take_name``)."""
         sent = time.monotonic()
-        if not store.take_name(self.options.name, self.boot_id, replacing, **self._state()):
+        if not runners.take_name(self.options.name, self.boot_id, replacing, **self._state()):
             return False
         self.worker.beat_written = sent
         return True
@@ -100,7 +100,7 @@ class Heartbeat(threading.Thread):
             self.beat()
 
     def recover_orphans(self) -> None:
-        for run_id, workflow, dead in store.requeue_orphans(self.options.orphan_timeout):
+        for run_id, workflow, dead in runners.requeue_orphans(self.options.orphan_timeout):
             report_requeued(
                 run_id,
                 workflow,
@@ -141,8 +141,8 @@ class Heartbeat(threading.Thread):
             if self.may_sweep():
                 self.recover_orphans()
             # Waiters a dead worker's run ended without waking (``store.run_waits``).
-            store.sweep()
-        except store.DATABASE_ERRORS as exc:
+            run_waits.sweep()
+        except DATABASE_ERRORS as exc:
             self._failing = True
             logger.warning(
                 "heartbeat failed (%s); retrying", exc, extra=self._extra("worker.heartbeat_failed")
@@ -165,8 +165,8 @@ class Heartbeat(threading.Thread):
         try:
             # Shutdown must not wait out a row lock (``SHUTDOWN_LOCK_WAIT``).
             with database.lock_waits_at_most(SHUTDOWN_LOCK_WAIT):
-                store.forget_runner(self.options.name, self.boot_id)
-        except store.DATABASE_ERRORS as exc:
+                runners.forget_runner(self.options.name, self.boot_id)
+        except DATABASE_ERRORS as exc:
             logger.warning(
                 "could not remove the heartbeat row: %s",
                 exc,

@@ -18,10 +18,14 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from everystep import signals, store
+from everystep import signals
 from everystep.engine.execute import PassResult, fail, run_pass
 from everystep.errors import EverystepError, StoreUnavailable
 from everystep.store import database
+from everystep.store.claims import claim_due, next_due, reclaim_parked, reclaim_strays
+from everystep.store.guard import DATABASE_ERRORS
+from everystep.store.runs import get_run
+from everystep.store.wake import Listener, can_listen
 from everystep.values import Claim
 from everystep.worker import interrupts, naming, shutdown
 from everystep.worker.connections import keep_connections
@@ -126,12 +130,12 @@ class Worker:
         beat = self._beat = Heartbeat(state)
         listen_stop = threading.Event()
         listening = threading.Event()  # stays clear without NOTIFY
-        listener: store.Listener | None = None
+        listener: Listener | None = None
         try:
             self._start(beat)
             beat.start()
-            if options.notify and store.can_listen():
-                listener = store.Listener(state.wake, listen_stop)
+            if options.notify and can_listen():
+                listener = Listener(state.wake, listen_stop)
                 listening = listener.listening
                 listener.start()
             state.ready.set()
@@ -178,7 +182,7 @@ class Worker:
             options.poll,
             options.drain,
             database.connection().vendor,
-            "on" if options.notify and store.can_listen() else "off",
+            "on" if options.notify and can_listen() else "off",
             extra={"event": "worker.starting", "runner": options.name},
         )
         while not self.state.stop.is_set():
@@ -195,9 +199,9 @@ class Worker:
                 # A row locked elsewhere (a frozen process's transaction) must not hold
                 # up SIGTERM; on PostgreSQL too, for the rows this takes back.
                 with database.lock_waits_at_most(LOCK_WAIT):
-                    parked = store.reclaim_parked(self.options.name)
+                    parked = reclaim_parked(self.options.name)
                 break
-            except store.DATABASE_ERRORS as exc:
+            except DATABASE_ERRORS as exc:
                 self._outage.down(exc)
                 self.state.stop.wait(self._outage.backoff)
         else:
@@ -224,7 +228,7 @@ class Worker:
         if len(batch) < capacity:
             try:
                 claimed = self._claim(capacity - len(batch))
-            except store.DATABASE_ERRORS as exc:
+            except DATABASE_ERRORS as exc:
                 # The claim may have committed with only its reply lost.
                 self._unsure, self._backlogged = True, False
                 self._outage.down(exc)
@@ -269,8 +273,8 @@ class Worker:
         try:
             database.keep_lock_waits_short(LOCK_WAIT)
             with database.lock_waits_at_most(LOCK_WAIT):
-                strays = store.reclaim_strays(self.options.name, held)
-        except store.DATABASE_ERRORS as exc:
+                strays = reclaim_strays(self.options.name, held)
+        except DATABASE_ERRORS as exc:
             self._outage.down(exc)
             return False
         self._outage.up()
@@ -296,13 +300,13 @@ class Worker:
         # claims only if one is due now, and otherwise knows how long it may wait.
         database.keep_lock_waits_short(LOCK_WAIT)
         if self._idle:
-            self._next_due = store.next_due()
+            self._next_due = next_due()
             if self._next_due is None or self._next_due > timezone.now():
                 return []
         self._next_due = None
         if self._beat is not None:
             self._beat.freshen()  # back from a pause, this runner's row looks dead
-        return store.claim_due(self.options.name, limit)
+        return claim_due(self.options.name, limit)
 
     def _until_due(self, poll: float) -> float:
         """Seconds to wait before the next tick: the poll, or less if a sleeping or
@@ -362,7 +366,7 @@ class Worker:
         workflow = held.workflow
         if workflow is None:
             try:
-                row = store.get_run(held.run_id)
+                row = get_run(held.run_id)
             except StoreUnavailable:
                 row = None
             workflow = row.name if row is not None else "?"

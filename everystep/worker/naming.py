@@ -21,8 +21,8 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from everystep import store
 from everystep.errors import NameInUse
+from everystep.store.runners import get_runner
 from everystep.worker.heartbeat import Heartbeat
 from everystep.worker.worker_state import WorkerOptions, WorkerState
 
@@ -39,7 +39,7 @@ def take_name(worker: WorkerState, beat: Heartbeat) -> bool:
     # One heartbeat may be late without its process being gone (the orphan timeout's
     # own margin), so a live holder moves its row well within two.
     watch_until = time.monotonic() + 2 * options.heartbeat
-    seen = store.get_runner(options.name)
+    seen = get_runner(options.name)
     waiting = False
     while True:
         if seen is not None and seen.boot_id == beat.boot_id:
@@ -49,7 +49,7 @@ def take_name(worker: WorkerState, beat: Heartbeat) -> bool:
                 _taken(options, seen)
                 return True
             # Another process took it between the read and the write: it is alive.
-            seen = store.get_runner(options.name)
+            seen = get_runner(options.name)
             if seen is None or seen.boot_id == beat.boot_id:
                 continue
             raise _in_use(options, seen, "it took the name as this worker did")
@@ -59,7 +59,7 @@ def take_name(worker: WorkerState, beat: Heartbeat) -> bool:
         if worker.stop.wait(min(options.heartbeat / 4, 1.0)):
             return False
         worker.tick()  # watching the name is not being wedged (liveness)
-        now = store.get_runner(options.name)
+        now = get_runner(options.name)
         if now is not None and (now.boot_id, now.last_seen) != (seen.boot_id, seen.last_seen):
             raise _in_use(options, now, "it sent a heartbeat while this worker watched")
         seen = now  # None: its process shut down cleanly, the name is free

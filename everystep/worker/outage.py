@@ -7,8 +7,9 @@ import logging
 
 from django.db import connections
 
-from everystep import store
 from everystep.store import database
+from everystep.store.guard import DATABASE_ERRORS
+from everystep.store.reports import unapplied_migrations
 from everystep.store.runs import missing_tables
 
 logger = logging.getLogger("everystep.worker")
@@ -80,8 +81,8 @@ class Outage:
         if not self._tables_missing:
             return False
         try:
-            pending = [m for m in store.unapplied_migrations() if m.startswith("everystep.")]
-        except store.DATABASE_ERRORS:
+            pending = [m for m in unapplied_migrations() if m.startswith("everystep.")]
+        except DATABASE_ERRORS:
             pending = ["(the migration history could not be read)"]
         if not pending:
             return False

@@ -15,9 +15,10 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from django.db import connections
 
-from everystep import store
 from everystep.engine.execute import report_requeued
 from everystep.store import database
+from everystep.store.fenced import requeue_run
+from everystep.store.guard import UNREACHABLE
 from everystep.values import Claim
 from everystep.worker.heartbeat import SHUTDOWN_LOCK_WAIT, Heartbeat
 from everystep.worker.worker_state import WorkerState
@@ -99,10 +100,10 @@ def _requeue(worker: WorkerState, held: Claim) -> None:
     runner = worker.options.name
     try:
         with database.lock_waits_at_most(SHUTDOWN_LOCK_WAIT):
-            requeued = store.requeue_run(held)
+            requeued = requeue_run(held)
         if requeued:
             report_requeued(held.run_id, held.workflow or "?", runner, "worker shutdown")
-    except store.UNREACHABLE as exc:
+    except UNREACHABLE as exc:
         # Left running under this name: a restart under the same name, or orphan
         # recovery once the heartbeat expires, resumes it.
         logger.error(

@@ -17,11 +17,13 @@ from django.urls import reverse
 from django.utils import timezone
 
 import everystep
-from everystep import schedule, store
+from everystep import schedule
 from everystep.errors import EverystepError
 from everystep.models import AuditEntry, Runner, Status, Step, Workflow
 from everystep.store import audit
 from everystep.store.audit import Actor
+from everystep.store.runners import requeue_orphans, requeue_runner
+from everystep.store.runs import cancel_run, requeue_one
 from everystep.testing import run_due
 from tests.staff import staff_user
 from tests.testapp import workflows as wf
@@ -80,7 +82,7 @@ def test_a_refused_cancel_writes_no_entry():
     """Cancelling a finished run is refused and leaves no entry (same transaction)."""
     run = make_run(Status.COMPLETED)
     with pytest.raises(EverystepError, match="only unfinished runs"):
-        store.cancel_run(str(run.id), actor=OPERATOR, reason="why not")
+        cancel_run(str(run.id), actor=OPERATOR, reason="why not")
     assert not AuditEntry.objects.exists()
 
 
@@ -90,7 +92,7 @@ def test_an_entry_rolls_back_with_its_action():
 
     run = make_run(Status.RUNNING, claimed_by="w")
     with pytest.raises(RuntimeError), transaction.atomic():
-        store.requeue_one(str(run.id), actor=OPERATOR)
+        requeue_one(str(run.id), actor=OPERATOR)
         raise RuntimeError("the caller changes its mind")
     assert not AuditEntry.objects.exists()
     assert Workflow.objects.get(id=run.id).status == Status.RUNNING
@@ -175,8 +177,8 @@ def test_a_workers_own_recovery_writes_no_entry():
     )
     make_run(Status.RUNNING, claimed_by="dead")
     make_run(Status.RUNNING, claimed_by="other")
-    assert len(store.requeue_orphans(60)) == 1
-    assert len(store.requeue_runner("other")) == 1
+    assert len(requeue_orphans(60)) == 1
+    assert len(requeue_runner("other")) == 1
     assert not AuditEntry.objects.exists()
 
 

@@ -14,7 +14,7 @@ from everystep import registry, schedule, serde, stored_errors, workflow
 from everystep.engine.execute import run_pass
 from everystep.errors import EverystepError
 from everystep.models import Step, Workflow
-from everystep.store import claim_due
+from everystep.store.claims import claim_due
 from everystep.testing import run_due
 from tests.testapp import bad_workflows as bad
 from tests.testapp import workflows as wf

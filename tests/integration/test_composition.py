@@ -17,10 +17,14 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 import everystep
-from everystep import schedule, store
+from everystep import schedule
 from everystep.errors import EverystepError, RunCancelled, RunStopped, WaitTimeout
 from everystep.models import RunWait, Step, Workflow
+from everystep.store import run_waits
 from everystep.store.audit import Actor
+from everystep.store.claims import claim_due
+from everystep.store.fenced import suspend_run
+from everystep.store.runs import cancel_run
 from everystep.testing import crash_at, deployed, run_due
 from tests.testapp import composition as cw
 from tests.testapp.models import Execution
@@ -93,7 +97,7 @@ def test_a_cancelled_child_raises_run_cancelled_in_the_parent():
     parent = schedule(cw.parent_catches, "waits")
     run_due()
     (child,) = children(parent)
-    store.cancel_run(str(child.id), actor=Actor("test", "test"))
+    cancel_run(str(child.id), actor=Actor("test", "test"))
     run_due()
     assert fresh(parent).result == "RunCancelled"
 
@@ -151,7 +155,7 @@ def test_cancelling_a_run_cancels_its_unfinished_children_and_theirs():
     top = schedule(cw.parent_catches, "waits")
     run_due()
     (child,) = children(top)
-    store.cancel_run(str(top.id), actor=Actor("test", "test"))
+    cancel_run(str(top.id), actor=Actor("test", "test"))
     assert fresh(top).status == "cancelled"
     assert fresh(child).status == "cancelled"
     assert "parent was cancelled" in fresh(child).error["message"]
@@ -164,7 +168,7 @@ def test_cancel_reaches_grandchildren():
     # Run only the top and its child's first pass: claim one run at a time.
     run_due(max_passes=2)
     (middle_run,) = children(top)
-    store.cancel_run(str(top.id), actor=Actor("test", "test"))
+    cancel_run(str(top.id), actor=Actor("test", "test"))
     assert fresh(middle_run).status == "cancelled"
     for grandchild in children(middle_run):
         assert fresh(grandchild).status in ("cancelled", "completed")
@@ -240,7 +244,7 @@ def test_result_outside_raises_the_outcomes():
     stopped = schedule(cw.child_stops, "halt")
     cancelled = schedule(cw.child_waits, "x")
     run_due()
-    store.cancel_run(str(cancelled.id), actor=Actor("test", "test"))
+    cancel_run(str(cancelled.id), actor=Actor("test", "test"))
     with pytest.raises(ValueError, match="bad"):
         everystep.result(failed)
     with pytest.raises(RunStopped) as stop:
@@ -279,7 +283,7 @@ def test_sweep_wakes_a_waiter_whose_childs_end_did_not():
     # The child ends without the wake (as if its worker died right after the outcome).
     Workflow.objects.filter(id=child.id).update(status="completed", result="late")
     assert fresh(parent).due_at is None
-    assert store.sweep() == 1
+    assert run_waits.sweep() == 1
     run_due()
     assert fresh(parent).result == "value 'late'"
 
@@ -339,9 +343,9 @@ def test_a_run_released_to_wait_for_runs_that_all_ended_meanwhile_is_due_at_once
     ended = schedule(cw.child_sum, 1, 1)
     run_due()
     waiter = schedule(cw.child_waits, "x")
-    (claim,) = store.claim_due("by-hand", 1)
+    (claim,) = claim_due("by-hand", 1)
     assert claim.run_id == waiter.id
-    assert store.suspend_run(claim, None, frozenset(), frozenset({ended.id}))
+    assert suspend_run(claim, None, frozenset(), frozenset({ended.id}))
     released = fresh(waiter)
     assert released.status == "scheduled"
     assert released.due_at is not None and released.due_at <= timezone.now()
@@ -352,8 +356,6 @@ def test_a_wake_that_fails_leaves_the_outcome_and_the_sweep_wakes_the_waiter(mon
     """The database goes away between a child's outcome and the wake of its parent: the
     outcome stands, a warning says so, the rows stay, and the sweep wakes the parent."""
     from django.db import DatabaseError
-
-    from everystep.store import run_waits
 
     parent = schedule(cw.parent_catches, "waits")
     run_due()
@@ -371,7 +373,7 @@ def test_a_wake_that_fails_leaves_the_outcome_and_the_sweep_wakes_the_waiter(mon
     (warning,) = [r for r in caplog.records if getattr(r, "event", "") == "run.wake_failed"]
     assert str(child.id) in warning.getMessage()
     assert RunWait.objects.filter(waiter_id=parent.id, awaited_run_id=child.id).exists()
-    assert store.sweep() == 1
+    assert run_waits.sweep() == 1
     run_due()
     assert fresh(parent).result == "value 'late'"
 

@@ -13,8 +13,9 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from everystep import metrics, schedule, send, store
+from everystep import metrics, schedule, send
 from everystep.models import Status, Step, Workflow
+from everystep.store.reports import queue_stats
 from everystep.testing import run_due
 from everystep.ui import family
 from tests.integration.test_ui import page, run_url
@@ -252,7 +253,7 @@ def test_a_parent_waiting_for_its_child_counts_as_waiting():
         None,
         f"run {child.id}",
     )
-    stats = store.queue_stats()
+    stats = queue_stats()
     assert (stats["waiting"], stats["pending"]) == (2, 0)
     gauges = {gauge.name: gauge for gauge in metrics.QueueCollector().collect()}
     assert gauges["everystep_workflows_waiting"].samples[0].value == 2
@@ -260,4 +261,4 @@ def test_a_parent_waiting_for_its_child_counts_as_waiting():
     run_due()
     parent.refresh_from_db()
     assert (parent.status, parent.result) == (Status.COMPLETED, 70)
-    assert store.queue_stats()["waiting"] == 0
+    assert queue_stats()["waiting"] == 0

@@ -23,9 +23,10 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from everystep import schedule, serde, store
+from everystep import schedule, serde
 from everystep.models import Step, Workflow
 from everystep.store.audit import Actor
+from everystep.store.runs import resolve_step
 from everystep.testing import crash_at, run_due
 from tests.testapp import shapes
 from tests.testapp.models import Execution
@@ -251,7 +252,7 @@ def _resolve_uncertain(crashed: CrashRun, step_id: str) -> None:
     assert blocked.error["step_id"] == step_id
     assert blocked.rows[step_id].status == "started"
     settled = crashed.reference.rows[step_id].result
-    store.resolve_step(
+    resolve_step(
         str(crashed.run.id), step_id, mode="result", value=settled, actor=Actor("test", "test")
     )
 

@@ -34,9 +34,9 @@ import pytest
 from django.db import connections
 from django.db.models.signals import post_save
 
-from everystep import store
 from everystep.engine.execute import run_pass
 from everystep.models import Workflow
+from everystep.store.claims import claim_due
 from everystep.values import Claim
 from tests.markdown import fences
 from tests.packaging import quickstart_page
@@ -149,7 +149,7 @@ class LateWorker:
     def claim(self, sender: Any, instance: Workflow, created: bool, **kwargs: Any) -> None:
         if not created:
             return
-        for claim in store.claim_due(self.runner, 100):
+        for claim in claim_due(self.runner, 100):
             thread = threading.Thread(target=self._finish, args=(claim,))
             thread.start()
             self.threads.append(thread)

@@ -19,9 +19,10 @@ from django.core.management.base import CommandError
 from django.db import connections, transaction
 from django.utils import timezone
 
-from everystep import api, schedule, step, store, workflow
+from everystep import api, schedule, step, workflow
 from everystep.errors import EverystepError
 from everystep.models import Status, Workflow
+from everystep.store.runners import beat
 from everystep.testing import run_due
 from tests.testapp import workflows as wf
 
@@ -261,9 +262,7 @@ def test_check_replay_lists_its_status_choices_as_plain_words():
 def test_requeue_runner_refuses_an_unknown_runner_and_lists_the_known_ones():
     """An unknown runner name is an error listing the runner names that exist."""
     for name in ("worker-b", "worker-a"):
-        store.beat(
-            name, uuid.uuid4(), pool_size=1, inflight=0, draining=False, started_at=timezone.now()
-        )
+        beat(name, uuid.uuid4(), pool_size=1, inflight=0, draining=False, started_at=timezone.now())
     out = io.StringIO()
     with pytest.raises(CommandError) as caught:
         call_command("everystep_requeue_runner", "no-such-runner", stdout=out)

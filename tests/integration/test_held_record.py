@@ -16,10 +16,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from everystep import schedule, step, store, workflow
+from everystep import schedule, step, workflow
 from everystep.context import current
 from everystep.engine.execute import run_pass
 from everystep.models import Step, Workflow
+from everystep.store.claims import claim_due
 from everystep.testing import run_due
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -119,7 +120,7 @@ def test_the_last_record_and_the_outcome_are_written_together_or_not_at_all():
     """The claim is lost while the last step runs: neither its record nor the outcome
     is written; the record before it is."""
     run = schedule(lost_at_the_end, 1)
-    (held,) = store.claim_due("held", 1)
+    (held,) = claim_due("held", 1)
     assert run_pass(held).status == "abandoned"
     run.refresh_from_db()
     assert run.status == "scheduled" and run.result is None
@@ -130,7 +131,7 @@ def test_a_last_record_that_clashes_requeues_the_run_and_the_next_pass_serves_it
     """Another pass recorded the last step meanwhile: the outcome is not written, the run
     is requeued, and the next pass ends with the record that won."""
     run = schedule(clash_at_the_end, 1)
-    (held,) = store.claim_due("held", 1)
+    (held,) = claim_due("held", 1)
     assert run_pass(held).status == "requeued"
     run.refresh_from_db()
     assert run.status == "scheduled"
@@ -144,7 +145,7 @@ def test_a_drain_writes_the_held_record_before_the_run_is_requeued():
     """A drain asked while the first step runs: the run goes back with that step
     recorded, and the next pass does not run it again."""
     run = schedule(reads_back, 1)
-    (held,) = store.claim_due("held", 1)
+    (held,) = claim_due("held", 1)
     assert run_pass(held, should_drain=lambda: "first" in executed).status == "requeued"
     assert list(Step.objects.filter(workflow=run).values_list("step_id", flat=True)) == ["1"]
     run_due()
@@ -171,7 +172,7 @@ def statements_of_a_pass(held: Any) -> list[str]:
 def test_on_postgresql_the_last_record_costs_no_statement_of_its_own():
     """Two steps: one statement for the first record, one for the outcome with the second."""
     schedule(reads_back, 1)
-    (held,) = store.claim_due("held", 1)
+    (held,) = claim_due("held", 1)
     statements = statements_of_a_pass(held)
     recorded = [sql for sql in statements if "INSERT INTO everystep_step " in sql]
     assert len(recorded) == 2, statements
@@ -183,7 +184,7 @@ def test_an_atomic_steps_record_is_never_held_back_from_its_transaction():
     """An atomic last step: its record is its own INSERT, sent inside the step's
     transaction with the body's writes, never carried by the run's outcome."""
     schedule(atomic_at_the_end, 1)
-    (held,) = store.claim_due("held", 1)
+    (held,) = claim_due("held", 1)
     statements = statements_of_a_pass(held)
     assert executed == ["first", "atomic"]
     plain = [sql for sql in statements if sql.startswith("INSERT INTO everystep_step ")]

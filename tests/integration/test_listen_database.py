@@ -7,7 +7,7 @@ from django.test import override_settings
 
 from everystep import conf
 from everystep.checks import check_settings
-from everystep.store import can_listen
+from everystep.store.wake import can_listen
 
 
 def ids(name: str) -> list[str]:

@@ -13,13 +13,13 @@ import pytest
 import sentry_sdk
 from sentry_sdk.transport import Transport
 
-from everystep import schedule, store
+from everystep import schedule
 from everystep.engine import execute
 from everystep.engine.execute import run_pass
 from everystep.logs import JsonFormatter
-from everystep.store import claim_due
+from everystep.store.claims import claim_due
 from everystep.testing import crash_after, run_due
-from everystep.worker import Worker
+from everystep.worker import Worker, loop
 from tests.acceptance.conftest import free_port, http_get
 from tests.testapp import workflows as wf
 
@@ -143,7 +143,7 @@ def test_json_logs_are_one_object_per_line_with_run_fields():
 def test_liveness_fails_when_the_claim_loop_is_wedged(monkeypatch):
     """/healthz is 200 while the loop ticks, 503 once it is wedged, 200 again after."""
     wedged, release = threading.Event(), threading.Event()
-    real = store.next_due
+    real = loop.next_due
 
     def maybe_stuck():
         if wedged.is_set():
@@ -151,7 +151,7 @@ def test_liveness_fails_when_the_claim_loop_is_wedged(monkeypatch):
         return real()
 
     # The idle worker's one statement per poll.
-    monkeypatch.setattr(store, "next_due", maybe_stuck)
+    monkeypatch.setattr(loop, "next_due", maybe_stuck)
     port = free_port()
     worker = Worker(
         poll=0.02,

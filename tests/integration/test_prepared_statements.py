@@ -14,7 +14,8 @@ from everystep import schedule
 from everystep.checks import check_settings
 from everystep.engine.execute import run_pass
 from everystep.models import Workflow
-from everystep.store import claim_due, prepared
+from everystep.store import prepared
+from everystep.store.claims import claim_due
 from tests.integration.test_worker_embedded import Embedded, wait_for
 from tests.testapp import workflows as wf
 

@@ -16,9 +16,10 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from everystep import schedule, store
+from everystep import schedule
 from everystep.errors import NameInUse
 from everystep.models import Runner, Workflow
+from everystep.store.runners import beat, take_name
 from everystep.worker import Worker
 from tests.acceptance.conftest import wait_until
 from tests.testapp import workflows as wf
@@ -178,12 +179,12 @@ def test_of_two_boots_taking_one_name_exactly_one_wins():
     """The insert of a free name and the takeover of a silent row each succeed once."""
     state = {"pool_size": 1, "inflight": 0, "draining": False, "started_at": timezone.now()}
     first, second = uuid.uuid4(), uuid.uuid4()
-    assert store.take_name("race", first, None, **state)
-    assert not store.take_name("race", second, None, **state)
+    assert take_name("race", first, None, **state)
+    assert not take_name("race", second, None, **state)
     silent = Runner.objects.get(name="race")
     third, fourth = uuid.uuid4(), uuid.uuid4()
-    assert store.take_name("race", third, silent, **state)
-    assert not store.take_name("race", fourth, silent, **state)
+    assert take_name("race", third, silent, **state)
+    assert not take_name("race", fourth, silent, **state)
     assert Runner.objects.get(name="race").boot_id == third
-    assert store.beat("race", first, **state) is not None, "the first boot was displaced"
+    assert beat("race", first, **state) is not None, "the first boot was displaced"
     assert Runner.objects.get(name="race").boot_id == third

@@ -19,7 +19,7 @@ from django.urls import reverse
 from everystep import conf, result, schedule, step, workflow
 from everystep.checks import check_settings
 from everystep.models import Step, Workflow
-from everystep.store import get_run
+from everystep.store.runs import get_run
 from everystep.testing import run_due
 from tests.staff import staff_user
 from tests.testapp import workflows as wf

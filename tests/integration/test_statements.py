@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from everystep import schedule, store
+from everystep import schedule
 from everystep.engine.execute import run_pass
 from everystep.models import Step, Workflow
+from everystep.store.claims import claim_due
 from everystep.testing import crash_after
 from tests.testapp import workflows as wf
 
@@ -50,7 +51,7 @@ def test_a_claim_is_one_round_trip_and_carries_what_the_pass_needs():
     whether anything is recorded."""
     run = schedule(wf.sequential, 2, 3)
     with counted() as statements:
-        (held,) = store.claim_due("counter", 8)
+        (held,) = claim_due("counter", 8)
     assert len(statements) == CLAIM_STATEMENTS, statements
     assert (held.run_id, held.workflow, held.args, held.fresh) == (
         run.id,
@@ -64,7 +65,7 @@ def test_a_fresh_run_costs_one_statement_per_step_and_one_to_finish():
     """A fresh 4-step run: 4 fenced inserts and 1 finish, the last insert in the finish
     on PostgreSQL; no read of the run or its steps."""
     run = schedule(wf.sequential, 2, 3)
-    (held,) = store.claim_due("counter", 1)
+    (held,) = claim_due("counter", 1)
     with counted() as statements:
         assert run_pass(held).status == "completed"
     assert len(inserts_into_step(statements)) == 4
@@ -76,11 +77,11 @@ def test_a_resumed_run_reads_its_steps_once():
     """After a crash, the resuming pass reads the recorded steps in one query, then pays
     one statement per new step and one to finish."""
     run = schedule(wf.sequential, 2, 3)
-    (held,) = store.claim_due("counter", 1)
+    (held,) = claim_due("counter", 1)
     with crash_after(wf.pair):
         assert run_pass(held).status == "abandoned"
     Workflow.objects.filter(id=run.id).requeue()
-    (again,) = store.claim_due("counter", 1)
+    (again,) = claim_due("counter", 1)
     assert not again.fresh
     with counted() as statements:
         assert run_pass(again).status == "completed"
@@ -93,7 +94,7 @@ def test_an_unsafe_step_costs_its_start_and_its_outcome():
     """An unsafe_to_repeat step commits a start before its body and settles it after:
     two statements, the others one each."""
     schedule(wf.payment, 5)
-    (held,) = store.claim_due("counter", 1)
+    (held,) = claim_due("counter", 1)
     with counted() as statements:
         assert run_pass(held).status == "completed"
     # echo, charge (start + settle), echo, finish
@@ -104,10 +105,10 @@ def test_a_claim_takes_at_most_its_limit():
     """A claim of n runs marks exactly n of the due runs running, oldest first (a locking
     subquery run more than once would take more)."""
     runs = [schedule(wf.sequential, i, i) for i in range(6)]
-    held = store.claim_due("counter", 2)
+    held = claim_due("counter", 2)
     assert [claim.run_id for claim in held] == [run.id for run in runs[:2]]
     assert Workflow.objects.filter(status="running").count() == 2
-    assert len(store.claim_due("counter", 10)) == 4
+    assert len(claim_due("counter", 10)) == 4
 
 
 def test_an_idle_poll_is_one_statement():

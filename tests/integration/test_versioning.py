@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from everystep import schedule, send, step, store
+from everystep import schedule, send, step
 from everystep.engine.execute import run_pass
 from everystep.errors import EverystepError
 from everystep.models import Step, Workflow
+from everystep.store.claims import claim_due
 from everystep.testing import crash_at, deployed, run_due
 from tests.testapp import versioned as v
 from tests.testapp.models import Execution
@@ -202,7 +203,7 @@ def test_a_failing_atomic_step_keeps_none_of_its_writes_and_records_its_failure(
 
 def test_an_atomic_step_of_a_stale_claim_does_not_run():
     run = schedule(v.booking, 9)
-    (claim,) = store.claim_due("stale-worker", 1)
+    (claim,) = claim_due("stale-worker", 1)
     with crash_at("after_record", v.reserve):
         assert run_pass(claim).status == "abandoned"
     # The worker is presumed dead and the run taken back: a new claim token.

@@ -11,10 +11,11 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from everystep import schedule, send, store
+from everystep import schedule, send
 from everystep.errors import EverystepError
 from everystep.models import Event, Step, Workflow
 from everystep.store.audit import Actor
+from everystep.store.runs import cancel_run
 from everystep.testing import run_due
 from tests.testapp import wait_workflows as ww
 from tests.testapp.models import Execution
@@ -172,7 +173,7 @@ def test_a_fork_with_a_waiting_branch_and_a_sleeping_branch():
 def test_a_sleeping_run_can_be_cancelled():
     run = schedule(ww.napper, 60)
     run_due()
-    store.cancel_run(str(run.id), actor=Actor("test", "test"))
+    cancel_run(str(run.id), actor=Actor("test", "test"))
     assert fresh(run).status == "cancelled"
     with pytest.raises(EverystepError):
         send(run.id, "approval")

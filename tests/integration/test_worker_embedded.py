@@ -20,7 +20,8 @@ from everystep import schedule
 from everystep.engine import execute
 from everystep.engine.execute import run_pass
 from everystep.models import Runner, Step, Workflow
-from everystep.store import claim_due, database
+from everystep.store import database
+from everystep.store.claims import claim_due
 from everystep.worker import Worker
 from tests.testapp import workflows as wf
 

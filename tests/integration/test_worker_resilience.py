@@ -16,11 +16,14 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from everystep import schedule, signals, store
+from everystep import schedule, signals
 from everystep.engine import execute
 from everystep.models import Runner, Step, Workflow
+from everystep.store import runners
+from everystep.store.claims import claim_due
+from everystep.store.fenced import requeue_run
 from everystep.testing import run_due
-from everystep.worker import Worker
+from everystep.worker import Worker, loop
 from everystep.worker.heartbeat import Heartbeat
 from tests.acceptance.conftest import free_port, http_get
 from tests.integration.test_worker_embedded import Embedded, all_final, wait_for
@@ -50,7 +53,7 @@ def received() -> Iterator[dict[str, list[dict[str, Any]]]]:
 def test_heartbeat_survives_an_unexpected_error(monkeypatch, caplog):
     """An error that is not a database error is logged and the thread keeps beating."""
     failures = {"left": 3}
-    real = store.beat
+    real = runners.beat
 
     def flaky(*args: Any, **kwargs: Any) -> None:
         if failures["left"]:
@@ -60,7 +63,7 @@ def test_heartbeat_survives_an_unexpected_error(monkeypatch, caplog):
 
     caplog.set_level(logging.ERROR, logger="everystep.worker")
     with Embedded(name="steady"):
-        monkeypatch.setattr(store, "beat", flaky)
+        monkeypatch.setattr(runners, "beat", flaky)
         first = Runner.objects.get(name="steady").last_seen
         wait_for(lambda: failures["left"] == 0)
         wait_for(lambda: Runner.objects.get(name="steady").last_seen > first)
@@ -196,12 +199,12 @@ def test_orphan_recovery_counts_and_a_drain_does_not(settings):
     Runner.objects.create(
         name="ghost", boot_id=uuid.uuid4(), pool_size=1, started_at=long_ago, last_seen=long_ago
     )
-    assert [row[0] for row in store.requeue_orphans(60)] == [run.id]
+    assert [row[0] for row in runners.requeue_orphans(60)] == [run.id]
     run.refresh_from_db()
     assert (run.status, run.recoveries) == ("scheduled", 1)
-    (held,) = store.claim_due("w", 1)
+    (held,) = claim_due("w", 1)
     assert held.recoveries == 1
-    assert store.requeue_run(held)
+    assert requeue_run(held)
     run.refresh_from_db()
     assert (run.status, run.recoveries) == ("scheduled", 1)
 
@@ -244,14 +247,14 @@ def test_an_orphan_sweep_skips_runs_another_sweeper_holds():
     try:
         assert locked.wait(30)
         started = time.monotonic()
-        swept = store.requeue_orphans(60)
+        swept = runners.requeue_orphans(60)
         assert time.monotonic() - started < 5, "the sweep waited for the held row"
         assert [row[0] for row in swept] == [free.id]
     finally:
         release.set()
         other.join(60)
     assert Workflow.objects.get(id=held.id).status == "running"
-    assert [row[0] for row in store.requeue_orphans(60)] == [held.id], "taken once free"
+    assert [row[0] for row in runners.requeue_orphans(60)] == [held.id], "taken once free"
 
 
 def test_a_pass_that_finds_its_step_already_recorded_requeues_the_run():
@@ -260,7 +263,7 @@ def test_a_pass_that_finds_its_step_already_recorded_requeues_the_run():
     from everystep.engine.execute import run_pass
 
     run = schedule(wf.sequential, 1, 2)
-    (held,) = store.claim_due("w", 1)
+    (held,) = claim_due("w", 1)
     assert held.fresh, "the pass will not load the steps"
     now = timezone.now()
     Step.objects.create(
@@ -309,7 +312,7 @@ def test_a_claim_whose_reply_was_lost_is_taken_back(monkeypatch, caplog):
     from django.db import OperationalError
 
     run = schedule(wf.sequential, 1, 2)
-    real = store.claim_due
+    real = loop.claim_due
     lost: list[Any] = []
 
     def reply_lost(runner: str, limit: int) -> Any:
@@ -319,7 +322,7 @@ def test_a_claim_whose_reply_was_lost_is_taken_back(monkeypatch, caplog):
             raise OperationalError("Lost connection to server during query (injected)")
         return claims
 
-    monkeypatch.setattr(store, "claim_due", reply_lost)
+    monkeypatch.setattr(loop, "claim_due", reply_lost)
     caplog.set_level(logging.WARNING, logger="everystep.worker")
     with Embedded(name="unlucky"):
         wait_for(all_final, 30)

@@ -304,15 +304,15 @@ def terminal_count() -> int:
 def settle_blocked() -> list[str]:
     """Settle every blocked run as the charge having gone through (its known result), so
     it resumes and completes; the ids settled."""
-    from everystep import store
     from everystep.models import Workflow
     from everystep.store.audit import Actor
+    from everystep.store.runs import settle_step
 
     settled = []
     for run in Workflow.objects.filter(name__in=NAMES, status="blocked"):
         receipt = expected(run.name, run.args).result["receipt"]
         text = json.dumps(receipt)
         actor = Actor("chaos", "test")
-        store.settle_step(str(run.id), UNSAFE_STEP, mode="result", text=text, actor=actor)
+        settle_step(str(run.id), UNSAFE_STEP, mode="result", text=text, actor=actor)
         settled.append(str(run.id))
     return settled

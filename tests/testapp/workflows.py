@@ -291,12 +291,12 @@ def catches_picky() -> str:
 
 @step
 def cancel_own_run() -> None:
-    from everystep import store
     from everystep.store.audit import Actor
+    from everystep.store.runs import cancel_run
 
     ctx = current()
     assert ctx is not None
-    store.cancel_run(str(ctx.workflow_id), actor=Actor("the test", "test"))
+    cancel_run(str(ctx.workflow_id), actor=Actor("the test", "test"))
 
 
 @workflow

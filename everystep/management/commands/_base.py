@@ -8,7 +8,6 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from everystep import store
 from everystep.errors import EverystepError
 from everystep.management.arguments import (
     RUN_ID_HELP,
@@ -22,6 +21,7 @@ from everystep.management.arguments import (
 from everystep.safe_text import escape_controls
 from everystep.store.audit import Actor
 from everystep.store.bulk import RunFilter
+from everystep.store.guard import UNREACHABLE
 from everystep.store.runs import missing_tables
 
 
@@ -49,7 +49,7 @@ class EverystepCommand(WholeFlags, BaseCommand):
     def execute(self, *args: Any, **options: Any) -> Any:
         try:
             return super().execute(*args, **options)
-        except store.UNREACHABLE as exc:
+        except UNREACHABLE as exc:
             missing = missing_tables(exc)
             if missing is None:
                 raise

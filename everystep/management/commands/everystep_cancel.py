@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from everystep import store
 from everystep.management.commands._base import RunActionCommand
 from everystep.store import bulk
 from everystep.store.audit import Actor
+from everystep.store.runs import cancel_run
 
 
 class Command(RunActionCommand):
@@ -21,7 +21,7 @@ class Command(RunActionCommand):
     action, done = "cancel", "cancelled"
 
     def act_on_one(self, run_id: str, actor: Actor, reason: str) -> Any:
-        return store.cancel_run(run_id, actor=actor, reason=reason)
+        return cancel_run(run_id, actor=actor, reason=reason)
 
     def act_on_many(self, run_filter: bulk.RunFilter, actor: Actor, reason: str, size: int) -> int:
         return bulk.bulk_cancel(run_filter, actor, batch_size=size, reason=reason)

@@ -13,10 +13,11 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from everystep import store
 from everystep.engine.check import Failure, Report, WorkflowReport, check_replay
 from everystep.management.arguments import checked_count, checked_text
 from everystep.management.commands._base import EverystepCommand
+from everystep.store.guard import UNREACHABLE
+from everystep.store.replay_check import CHECKED_STATUSES
 from everystep.store.runs import missing_tables
 
 MAX_LIMIT = 10_000_000
@@ -42,7 +43,7 @@ class Command(EverystepCommand):
             action="append",
             # The plain values: argparse shows the choices with str(), and an enum
             # member would read "Status.SCHEDULED".
-            choices=[status.value for status in store.CHECKED_STATUSES],
+            choices=[status.value for status in CHECKED_STATUSES],
             help="only runs in this status (repeat for several; default: all three)",
         )
         parser.add_argument("--workflow", metavar="NAME", help="only runs of this workflow")
@@ -52,7 +53,7 @@ class Command(EverystepCommand):
         parser.add_argument("--json", action="store_true", help="the report as one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        statuses = tuple(options["status"] or store.CHECKED_STATUSES)
+        statuses = tuple(options["status"] or CHECKED_STATUSES)
         try:
             workflow = checked_text(options["workflow"], "--workflow")
             limit = options["limit"]
@@ -62,7 +63,7 @@ class Command(EverystepCommand):
             raise CommandError(str(exc), returncode=2) from None
         try:
             report = check_replay(statuses, workflow, limit)
-        except store.UNREACHABLE as exc:
+        except UNREACHABLE as exc:
             message = missing_tables(exc) or f"the database could not be read: {exc}"
             raise CommandError(str(message), returncode=2) from None
         if options["json"]:

@@ -10,12 +10,12 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
-from everystep import store
 from everystep.management.arguments import checked_count, checked_text, clipped, shown
 from everystep.management.commands._base import EverystepCommand
 from everystep.models import FINAL_STATUSES, AuditEntry
 from everystep.store import audit
 from everystep.store.audit import Actor
+from everystep.store.reports import prunable_counts, prunable_sample, prune_batch
 
 logger = logging.getLogger("everystep.ops")
 
@@ -79,12 +79,12 @@ class Command(EverystepCommand):
         self._prune(cutoff, statuses, batch_size, entry)
 
     def _report(self, cutoff: datetime, statuses: list[str]) -> None:
-        counts = store.prunable_counts(cutoff, statuses)
+        counts = prunable_counts(cutoff, statuses)
         when = cutoff.isoformat(timespec="seconds")
         self.say(f"dry run: {sum(counts.values())} run(s) completed before {when}")
         for status, count in counts.items():
             self.say(f"  {status}: {count}")
-        sample = store.prunable_sample(cutoff, statuses, SAMPLE)
+        sample = prunable_sample(cutoff, statuses, SAMPLE)
         if sample:
             self.say(f"first {len(sample)} (oldest ids first):")
         for run in sample:
@@ -99,7 +99,7 @@ class Command(EverystepCommand):
         # worker writing meanwhile never waits behind the whole prune.
         total_runs = total_steps = batches = 0
         while True:
-            runs, steps = store.prune_batch(cutoff, statuses, batch_size, entry=entry)
+            runs, steps = prune_batch(cutoff, statuses, batch_size, entry=entry)
             if not runs:
                 break
             batches += 1

@@ -8,11 +8,11 @@ from uuid import UUID
 
 from django.core.management.base import CommandError, CommandParser
 
-from everystep import conf, store
+from everystep import conf
 from everystep.management.arguments import checked_text, shown
 from everystep.management.commands._base import EverystepCommand
 from everystep.store.audit import Actor
-from everystep.store.runners import known_runner_names
+from everystep.store.runners import get_runner, known_runner_names, requeue_runner
 
 logger = logging.getLogger("everystep.ops")
 
@@ -32,7 +32,7 @@ class Command(EverystepCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         name = checked_text(options["name"], "the runner name")
-        runner = store.get_runner(name)
+        runner = get_runner(name)
         if runner is None:
             _check_known(name)
         if (
@@ -48,7 +48,7 @@ class Command(EverystepCommand):
             )
         actor = Actor.command("everystep_requeue_runner")
         reason = checked_text(options["reason"], "--reason")
-        ids = store.requeue_runner(name, actor=actor, reason=reason)
+        ids = requeue_runner(name, actor=actor, reason=reason)
         _log(name, ids, actor)
         for run_id in ids:
             self.say(str(run_id))

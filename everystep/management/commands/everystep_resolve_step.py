@@ -7,12 +7,12 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from everystep import store
 from everystep.errors import EverystepError
 from everystep.management.arguments import RUN_ID_HELP, checked_run_id, checked_text
 from everystep.management.commands._base import EverystepCommand
 from everystep.models import Workflow
 from everystep.store.audit import Actor
+from everystep.store.runs import settle_step
 
 logger = logging.getLogger("everystep.ops")
 
@@ -41,7 +41,7 @@ class Command(EverystepCommand):
         actor = Actor.command("everystep_resolve_step")
         reason = checked_text(options["reason"], "--reason")
         try:
-            run = store.settle_step(
+            run = settle_step(
                 run_id, options["step_id"], mode=mode, text=text, actor=actor, reason=reason
             )
         except EverystepError as exc:

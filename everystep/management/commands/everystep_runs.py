@@ -9,7 +9,6 @@ from uuid import UUID
 
 from django.core.management.base import CommandError, CommandParser
 
-from everystep import store
 from everystep.management.arguments import (
     checked_count,
     checked_run_id,
@@ -21,7 +20,7 @@ from everystep.management.arguments import (
 from everystep.management.commands._base import EverystepCommand
 from everystep.models import Status, Workflow
 from everystep.safe_text import escape_controls
-from everystep.store.reports import run_wait
+from everystep.store.reports import list_runs, run_wait
 
 # More rows than anyone reads in a terminal, and far below what LIMIT takes.
 MAX_LIMIT = 1_000_000
@@ -51,7 +50,7 @@ class Command(EverystepCommand):
         status = options["status"]
         if status is not None and status not in Status.values:
             raise CommandError(f"unknown status {shown(status)}; valid: {', '.join(Status.values)}")
-        runs = store.list_runs(
+        runs = list_runs(
             status=status,
             name=checked_text(options["name"], "--name"),
             runner=checked_text(options["runner"], "--runner"),

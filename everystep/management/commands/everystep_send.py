@@ -7,7 +7,6 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from everystep import store
 from everystep.errors import EverystepError
 from everystep.management.arguments import (
     RUN_ID_HELP,
@@ -18,6 +17,8 @@ from everystep.management.arguments import (
 )
 from everystep.management.commands._base import EverystepCommand
 from everystep.store.audit import Actor
+from everystep.store.events import send_event
+from everystep.store.runs import get_run
 
 logger = logging.getLogger("everystep.ops")
 
@@ -43,7 +44,7 @@ class Command(EverystepCommand):
         actor = Actor.command("everystep_send")
         reason = checked_text(options["reason"], "--reason")
         try:
-            sent = store.send_event(run_id, name, payload, actor=actor, reason=reason)
+            sent = send_event(run_id, name, payload, actor=actor, reason=reason)
         except EverystepError as exc:
             raise CommandError(str(exc)) from None
         self._log(run_id, name, sent, actor)
@@ -53,7 +54,7 @@ class Command(EverystepCommand):
             self.say(f"event {name} was already sent to run {run_id}; the first payload stays")
 
     def _log(self, run_id: str, name: str, sent: bool, actor: Actor) -> None:
-        run = store.get_run(run_id)
+        run = get_run(run_id)
         logger.info(
             "run %s: event %s %s by %s",
             run_id,

@@ -9,13 +9,14 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from everystep import safe_text, store
+from everystep import safe_text
 from everystep.failure_detail import stopped_at
 from everystep.management.arguments import RUN_ID_HELP, checked_run_id, wait_json, wait_text
 from everystep.management.commands._base import EverystepCommand
 from everystep.models import Status, Step, Workflow
 from everystep.store.lineage import Lineage, run_lineage
-from everystep.store.reports import Family, run_family, run_wait
+from everystep.store.reports import Family, run_family, run_steps, run_wait
+from everystep.store.runs import get_run
 
 # Step results and errors are summarised to one line of about this many characters; the
 # full values are in --json.
@@ -47,10 +48,10 @@ class Command(EverystepCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         run_id = checked_run_id(options["run_id"])
-        run = store.get_run(run_id)
+        run = get_run(run_id)
         if run is None:
             raise CommandError(f"no run with id {run_id}")
-        steps = store.run_steps(run.id)
+        steps = run_steps(run.id)
         # Counted exactly: one run's children, counted once, for a human who asked.
         family = run_family(run, CHILDREN_SHOWN, cap=None)
         lineage = run_lineage(run, FORKS_SHOWN)

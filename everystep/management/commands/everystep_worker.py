@@ -12,10 +12,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from everystep import store
 from everystep.errors import EverystepError
 from everystep.management.commands._base import WholeFlags
 from everystep.options import OPTIONS
+from everystep.store.guard import DATABASE_ERRORS
 from everystep.worker import Worker
 
 logger = logging.getLogger("everystep.worker")
@@ -70,7 +70,7 @@ class Command(WholeFlags, BaseCommand):
         while True:
             try:
                 self.check()
-            except store.DATABASE_ERRORS as exc:
+            except DATABASE_ERRORS as exc:
                 delay = min(max(delay * 2, 0.2), 5.0)
                 logger.warning(
                     "database unavailable (%s); system checks retry in %.1fs",
