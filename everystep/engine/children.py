@@ -15,7 +15,7 @@ from uuid import UUID
 
 from everystep import conf
 from everystep.engine.pass_state import Frame
-from everystep.engine.recorded import code_changed, reach
+from everystep.engine.recorded import code_changed, reach, record
 from everystep.engine.replay import Decision
 from everystep.models import StepStatus, Workflow
 from everystep.store.fenced import Child
@@ -31,7 +31,8 @@ def start(
     op = reach(frame, START, everystep_id=everystep_id)
     run = op.run
     if op.decision is Decision.EXECUTE:
-        started = run.record(
+        started = record(
+            run,
             op.step_id,
             START,
             StepStatus.DONE,

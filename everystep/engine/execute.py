@@ -34,6 +34,7 @@ from everystep import (
 )
 from everystep.engine.crashes import simulated_crash
 from everystep.engine.pass_state import Frame, RunState, Scope, current_frame
+from everystep.engine.recorded import announce, flush, take_held
 from everystep.errors import (
     AlreadyRecorded,
     ClaimLost,
@@ -158,7 +159,7 @@ def _flushed(state: RunState, outcome: RunInterrupted) -> RunInterrupted:
     (the claim lost, the step recorded by another pass). A database that cannot be
     reached ends the pass as ever: the run is still claimed, the pass runs again."""
     try:
-        state.flush()
+        flush(state)
     except StoreUnavailable:
         raise
     except RunInterrupted as exc:
@@ -248,9 +249,9 @@ def _finish(
     state: RunState | None = None,
 ) -> PassResult:
     """Write the run's outcome, with the pass's record held back if there is one
-    (``RunState.record``): both, or neither."""
+    (``recorded.record``): both, or neither."""
     error = encode_outcome_error(exc) if exc is not None else None
-    held = None if state is None else state.take_held()
+    held = None if state is None else take_held(state)
     try:
         written = finish_run(
             claim, status, result=result, error=error, step=None if held is None else held.values
@@ -261,7 +262,7 @@ def _finish(
         return _abandon(claim, workflow, f"claim lost before recording {status}")
     if held is not None:
         assert state is not None
-        state.announce(held.step, held.duration)
+        announce(state, held.step, held.duration)
     signals.run_finished.emit(
         sender=RunState,
         run_id=claim.run_id,

@@ -17,6 +17,7 @@ from django.db import connections
 
 from everystep import conf, tracing
 from everystep.engine.pass_state import Frame, Scope, current_frame
+from everystep.engine.recorded import flush
 from everystep.errors import (
     EffectUncertain,
     RunInterrupted,
@@ -74,7 +75,7 @@ def parallel(*branches: Branch, everystep_id: str | None = None) -> tuple[Any, .
         threads_allowed = True
     else:
         fork_id = frame.next_id(everystep_id)
-        frame.run.flush()  # branches never hold records back: see ``RunState.record``
+        flush(frame.run)  # branches never hold records back: see ``recorded.record``
         frames = [Frame(frame.run, Scope(f"{fork_id}.{i}.")) for i in range(len(plan))]
         threads_allowed = frame.run.threads_allowed
     results: list[Any] = [None] * len(plan)

@@ -1,4 +1,6 @@
-"""Per-pass state: the run being replayed, the id scopes, and the current frame.
+"""Per-pass state, and nothing else: the run being replayed (``RunState``), the id
+scopes, and the current frame. What a pass writes, and how it decides what to write, is
+``everystep.engine.recorded``'s.
 
 A *frame* says where the calling code is: which run, which id scope (the workflow body
 or one fork branch), and whether it is already inside a step body (where nested step
@@ -9,23 +11,14 @@ their own.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from django.utils import timezone
-
-from everystep import signals
-from everystep.engine import crashes
-from everystep.engine.crashes import maybe_crash
-from everystep.errors import EverystepError, ReachedNewWork
-from everystep.models import StepStatus
+from everystep.errors import EverystepError
 from everystep.safe_text import storable_text
-from everystep.store import database
-from everystep.store.fenced import Child, record_step, settle_started, step_values
 from everystep.values import Claim, RecordedStep
 
 MAX_STEP_ID_LENGTH = 300
@@ -84,15 +77,12 @@ def check_length(step_id: str) -> str:
 
 @dataclass(frozen=True)
 class Held:
-    """An outcome record held back (``RunState.record``): its columns, and what its
-    announcement says once it is written."""
+    """An outcome record held back (``everystep.engine.recorded.record``): its columns,
+    and what its announcement says once it is written."""
 
     values: dict[str, Any]
     step: RecordedStep
     duration: float
-
-
-_HOLDABLE = frozenset({StepStatus.DONE, StepStatus.FAILED})
 
 
 @dataclass
@@ -116,8 +106,9 @@ class RunState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Where the run's outcome can carry a record in its own statement
     # (``merges_records``), an outcome record of the body's own scope is held back
-    # until the pass writes anything else, forks, starts a step's body (``flush``) or
-    # ends: the pass's last record then costs no statement of its own.
+    # until the pass writes anything else, forks, starts a step's body
+    # (``recorded.flush``) or ends: the pass's last record then costs no statement of
+    # its own.
     holds_records: bool = False
     held: Held | None = None
     # Spans are made for this pass and its steps and forks (``tracing.enabled()``, asked
@@ -153,114 +144,6 @@ class RunState:
                 and record.name != PATCH_RECORD
                 for step_id, record in self.records.items()
             )
-
-    def writing(self, step_id: str) -> None:
-        """Called before anything is recorded for ``step_id``: a replay check stops
-        there, since what follows would be new work."""
-        if self.checking:
-            raise ReachedNewWork(step_id)
-
-    def record(
-        self,
-        step_id: str,
-        name: str,
-        status: str,
-        *,
-        args: list[Any] | None = None,
-        kwargs: dict[str, Any] | None = None,
-        result: Any = None,
-        error: dict[str, Any] | None = None,
-        began: float | None = None,
-        started_at: Any = None,
-        after_started: bool = False,
-        child: Child | None = None,
-        crash_point: str | None = "after_record",
-    ) -> RecordedStep:
-        """Record an operation at ``step_id`` (fenced by the claim), then make it known:
-        every record of every kind goes through here. ``after_started``: this outcome
-        replaces the operation's own ``started`` record (an unsafe step's). ``child``: a
-        child run to insert with the record, whose id becomes its result. ``crash_point``:
-        where a test's simulated crash may strike once the record is in (None after an
-        unsafe step's ``started`` record: the step's own ``before_body`` follows it)."""
-        self.writing(step_id)
-        self.flush()
-        began = time.monotonic() if began is None else began
-        values = step_values(
-            step_id=step_id,
-            name=name,
-            args=[] if args is None else args,
-            kwargs={} if kwargs is None else kwargs,
-            status=status,
-            started_at=started_at or timezone.now(),
-            result=result,
-            error=error,
-        )
-        if (
-            self.holds_records
-            and status in _HOLDABLE
-            and not after_started
-            and child is None
-            # Not in a fork's branch (ids with a dot): branches run on threads of their
-            # own, and one waiting for another's record to be written while holding a
-            # row lock (an atomic step) would wait for ever.
-            and "." not in step_id
-            and not crashes.armed()  # a simulated crash must find the record written
-            # An atomic step's record commits with its body's writes, in its transaction.
-            and not database.connection().in_atomic_block
-        ):
-            step = RecordedStep(step_id, name, status, result, error)
-            self.remember(step)
-            self.held = Held(values, step, time.monotonic() - began)
-            return step
-        result = record_step(self.claim, values, after_started=after_started, child=child)
-        step = RecordedStep(step_id, name, status, result, error)
-        self.remember(step)
-        self.announce(step, time.monotonic() - began)
-        if crash_point is not None:
-            maybe_crash(step_id, name, crash_point)
-        return step
-
-    def flush(self) -> None:
-        """Write the record held back, if any: called before every other write of the
-        pass, before a fork and before every step's body, so no step starts while an
-        earlier outcome is unwritten. Records are held only in the body's own scope,
-        which never runs beside a branch: one thread at a time calls this."""
-        held, self.held = self.held, None
-        if held is not None:
-            record_step(self.claim, held.values)
-            self.announce(held.step, held.duration)
-
-    def take_held(self) -> Held | None:
-        """The record held back, for the run's outcome to write; no longer held."""
-        held, self.held = self.held, None
-        return held
-
-    def settle(
-        self, step_id: str, name: str, status: str, *, result: Any = None, error: Any = None
-    ) -> RecordedStep:
-        """Give a wait in progress (its ``started`` record) its outcome, fenced."""
-        self.writing(step_id)
-        began = time.monotonic()
-        self.flush()
-        settle_started(self.claim, step_id, status=status, result=result, error=error)
-        step = RecordedStep(step_id, name, status, result, error)
-        self.remember(step)
-        self.announce(step, time.monotonic() - began)
-        return step
-
-    def announce(self, step: RecordedStep, duration: float) -> None:
-        """What follows every record once written: the ``step_recorded`` receivers
-        (logs, metrics) hear of it. (Later calls of the pass see it at once.)"""
-        signals.step_recorded.emit(
-            sender=RunState,
-            run_id=self.run_id,
-            workflow=self.workflow_name,
-            runner=self.claim.runner,
-            step_id=step.step_id,
-            step=step.name,
-            status=step.status,
-            duration=duration,
-        )
 
     def snapshot(self) -> dict[str, RecordedStep]:
         with self.lock:

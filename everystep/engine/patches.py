@@ -27,7 +27,7 @@ itself can go: a decision nobody reaches any more is ignored (``history_beyond``
 from __future__ import annotations
 
 from everystep.engine.pass_state import PATCH_RECORD, Frame, check_length, check_name
-from everystep.engine.recorded import body_frame, reach, served
+from everystep.engine.recorded import body_frame, reach, record, served
 from everystep.engine.replay import Decision
 from everystep.errors import WorkflowCodeError
 from everystep.models import StepStatus
@@ -47,8 +47,8 @@ def patched(change_id: str) -> bool:
     if op.decision is Decision.EXECUTE:
         decision = not op.run.history_beyond(frame.scope.prefix)
         if not op.run.checking:
-            op.run.record(
-                op.step_id, PATCH_RECORD, StepStatus.DONE, args=[change_id], result=decision
+            record(
+                op.run, op.step_id, PATCH_RECORD, StepStatus.DONE, args=[change_id], result=decision
             )
     else:
         decision = bool(served(op))

@@ -1,25 +1,39 @@
 """The one path every recorded operation of a body takes: step calls, sleeps, waits for
-events, patch decisions, child starts and waits for runs.
+events, patch decisions, child starts and waits for runs. Its decisions and its writes
+are all here; the state they read and keep is ``everystep.engine.pass_state``'s, the
+statements they run are ``everystep.store.fenced``'s.
 
 A call ``reach``es its operation: it takes the operation's id in the caller's scope,
 looks up the record at that id, and gets the replay decision (``replay.decide``, pure);
-a record of some other operation there ends the run with ``WorkflowCodeError`` before
-the caller sees it. The caller then does only what its kind needs for the decision —
-execute and record (``RunState.record``), serve (``served``), settle a wait in progress
-(``RunState.settle``) or suspend. A new kind of operation is a new caller of these.
+a record of some other operation there ends the run with ``WorkflowCodeError``
+(``code_changed``) before the caller sees it. The caller then does only what its kind
+needs for the decision — execute and ``record``, serve the record (``served``),
+``conclude`` a wait in progress, or suspend. A new kind of operation is a new caller of
+these. Every write of the path goes through ``record`` or ``conclude``: a replay check
+stops before it (``writing``), the record held back is written first (``flush``), and
+the ``step_recorded`` receivers hear of it after (``announce``).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
-from everystep import failure_detail, serde, stored_errors
-from everystep.engine import replay
-from everystep.engine.pass_state import Frame, RunState, current_frame
+from django.utils import timezone
+
+from everystep import failure_detail, serde, signals, stored_errors
+from everystep.engine import crashes, replay
+from everystep.engine.crashes import maybe_crash
+from everystep.engine.pass_state import Frame, Held, RunState, current_frame
 from everystep.engine.replay import Decision
-from everystep.errors import Terminal, WorkflowCodeError
+from everystep.errors import ReachedNewWork, Terminal, WorkflowCodeError
+from everystep.models import StepStatus
+from everystep.store import database
+from everystep.store.fenced import Child, conclude_started, record_step, step_values
 from everystep.values import RecordedStep
+
+_HOLDABLE = frozenset({StepStatus.DONE, StepStatus.FAILED})
 
 
 @dataclass(frozen=True)
@@ -99,4 +113,128 @@ def code_changed(run: RunState, step_id: str, recorded: str, called: str) -> Wor
         step_id=step_id,
         recorded=recorded,
         called=called,
+    )
+
+
+def writing(run: RunState, step_id: str) -> None:
+    """Called before anything is recorded for ``step_id``: a replay check stops there,
+    since what follows would be new work."""
+    if run.checking:
+        raise ReachedNewWork(step_id)
+
+
+def record(
+    run: RunState,
+    step_id: str,
+    name: str,
+    status: str,
+    *,
+    args: list[Any] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+    began: float | None = None,
+    started_at: Any = None,
+    after_started: bool = False,
+    child: Child | None = None,
+    crash_point: str | None = "after_record",
+) -> RecordedStep:
+    """Record an operation at ``step_id`` (fenced by the claim), then make it known:
+    every record of every kind goes through here. ``after_started``: this outcome
+    replaces the operation's own ``started`` record (an unsafe step's). ``child``: a
+    child run to insert with the record, whose id becomes its result. ``crash_point``:
+    where a test's simulated crash may strike once the record is in (None after an
+    unsafe step's ``started`` record: the step's own ``before_body`` follows it)."""
+    writing(run, step_id)
+    flush(run)
+    began = time.monotonic() if began is None else began
+    values = step_values(
+        step_id=step_id,
+        name=name,
+        args=[] if args is None else args,
+        kwargs={} if kwargs is None else kwargs,
+        status=status,
+        started_at=started_at or timezone.now(),
+        result=result,
+        error=error,
+    )
+    if (
+        run.holds_records
+        and status in _HOLDABLE
+        and not after_started
+        and child is None
+        # Not in a fork's branch (ids with a dot): branches run on threads of their
+        # own, and one waiting for another's record to be written while holding a
+        # row lock (an atomic step) would wait for ever.
+        and "." not in step_id
+        and not crashes.armed()  # a simulated crash must find the record written
+        # An atomic step's record commits with its body's writes, in its transaction.
+        and not database.connection().in_atomic_block
+    ):
+        step = RecordedStep(step_id, name, status, result, error)
+        run.remember(step)
+        run.held = Held(values, step, time.monotonic() - began)
+        return step
+    result = record_step(run.claim, values, after_started=after_started, child=child)
+    step = RecordedStep(step_id, name, status, result, error)
+    run.remember(step)
+    announce(run, step, time.monotonic() - began)
+    if crash_point is not None:
+        maybe_crash(step_id, name, crash_point)
+    return step
+
+
+def flush(run: RunState) -> None:
+    """Write the record held back, if any: called before every other write of the
+    pass, before a fork and before every step's body, so no step starts while an
+    earlier outcome is unwritten. Records are held only in the body's own scope,
+    which never runs beside a branch: one thread at a time calls this."""
+    held, run.held = run.held, None
+    if held is not None:
+        record_step(run.claim, held.values)
+        announce(run, held.step, held.duration)
+
+
+def take_held(run: RunState) -> Held | None:
+    """The record held back, for the run's outcome to write; no longer held."""
+    held, run.held = run.held, None
+    return held
+
+
+def conclude(
+    run: RunState,
+    step_id: str,
+    name: str,
+    status: str,
+    *,
+    result: Any = None,
+    error: Any = None,
+    awaited_runs: bool = False,
+) -> RecordedStep:
+    """Give a wait in progress (its ``started`` record) its outcome, fenced.
+    ``awaited_runs``: a wait for runs, whose ``RunWait`` rows go with it."""
+    writing(run, step_id)
+    began = time.monotonic()
+    flush(run)
+    conclude_started(
+        run.claim, step_id, status=status, result=result, error=error, awaited_runs=awaited_runs
+    )
+    step = RecordedStep(step_id, name, status, result, error)
+    run.remember(step)
+    announce(run, step, time.monotonic() - began)
+    return step
+
+
+def announce(run: RunState, step: RecordedStep, duration: float) -> None:
+    """What follows every record once written: the ``step_recorded`` receivers (logs,
+    metrics) hear of it. (Later calls of the pass see it at once.)"""
+    signals.step_recorded.emit(
+        sender=RunState,
+        run_id=run.run_id,
+        workflow=run.workflow_name,
+        runner=run.claim.runner,
+        step_id=step.step_id,
+        step=step.name,
+        status=step.status,
+        duration=duration,
     )

@@ -32,7 +32,15 @@ from django.utils import timezone
 
 from everystep import serde, stored_errors
 from everystep.engine.parallel import raise_failures
-from everystep.engine.recorded import Operation, body_frame, code_changed, reach, served
+from everystep.engine.recorded import (
+    Operation,
+    body_frame,
+    code_changed,
+    conclude,
+    reach,
+    record,
+    served,
+)
 from everystep.engine.replay import Decision
 from everystep.engine.waits import as_delay, recorded_time, woken
 from everystep.errors import (
@@ -143,13 +151,13 @@ def _durable(
     if op.decision is Decision.EXECUTE:
         ended = _outcomes(ids, what)
         if ended is not None:
-            run.record(op.step_id, op.name, StepStatus.DONE, args=wanted, result=ended)
+            record(run, op.step_id, op.name, StepStatus.DONE, args=wanted, result=ended)
             return ended
         deadline = None if limit is None else now + limit
         if deadline is not None and deadline <= now:
             raise _time_out(op, wanted, None, what)
         waiting = {"runs": wanted, "deadline": serde.encode(deadline)}
-        run.record(op.step_id, op.name, StepStatus.STARTED, args=wanted, result=waiting)
+        record(run, op.step_id, op.name, StepStatus.STARTED, args=wanted, result=waiting)
         # Every run, not those still running now: one may end before the run is released,
         # and releasing decides which to wait for under their locks (``store.run_waits``).
         raise Suspended(deadline, runs=frozenset(ids))
@@ -166,8 +174,7 @@ def _durable(
     ended = _outcomes(ids, what)
     if ended is not None:
         woken(run, op.step_id, now)
-        run.settle(op.step_id, op.name, StepStatus.DONE, result=ended)
-        run_waits.release(run.run_id)
+        conclude(run, op.step_id, op.name, StepStatus.DONE, result=ended, awaited_runs=True)
         return ended
     if deadline is not None and deadline <= now:
         woken(run, op.step_id, now, deadline)
@@ -187,10 +194,9 @@ def _time_out(op: Operation, wanted: list[str], deadline: Any, what: str) -> Wai
     error = WaitTimeout(f"{what}: the awaited runs of run {run.run_id} had not ended in time")
     encoded = stored_errors.encode_error(error)
     if deadline is None:
-        run.record(op.step_id, op.name, StepStatus.FAILED, args=wanted, error=encoded)
+        record(run, op.step_id, op.name, StepStatus.FAILED, args=wanted, error=encoded)
     else:
-        run.settle(op.step_id, op.name, StepStatus.FAILED, error=encoded)
-        run_waits.release(run.run_id)
+        conclude(run, op.step_id, op.name, StepStatus.FAILED, error=encoded, awaited_runs=True)
     return error
 
 

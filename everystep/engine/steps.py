@@ -14,7 +14,7 @@ from django.utils import timezone
 from everystep import conf, failure_detail, serde, stored_errors, tracing
 from everystep.engine.crashes import maybe_crash
 from everystep.engine.pass_state import Frame, RunState, current_frame
-from everystep.engine.recorded import body_frame, reach, served
+from everystep.engine.recorded import body_frame, flush, reach, record, served, writing
 from everystep.engine.replay import Decision
 from everystep.errors import (
     DrainRequested,
@@ -55,12 +55,12 @@ def _execute(
     frame: Frame, defn: StepDef, step_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     run = frame.run
-    run.writing(step_id)
-    run.flush()  # no step starts while an earlier outcome is held back unwritten
+    writing(run, step_id)
+    flush(run)  # no step starts while an earlier outcome is held back unwritten
     # The drain boundary: a step that is not recorded yet is not started while draining.
     if run.should_drain():
         raise DrainRequested(f"drain requested before step {step_id}")
-    record = {
+    values = {
         "step_id": step_id,
         "name": defn.name,
         "args": serde.encode(list(args), f"arguments of step {step_id}"),
@@ -69,13 +69,13 @@ def _execute(
     }
     if defn.unsafe_to_repeat:
         # Committed before the body runs: a crash inside it leaves evidence on replay.
-        run.record(status=StepStatus.STARTED, crash_point=None, **record)
+        record(run, status=StepStatus.STARTED, crash_point=None, **values)
     maybe_crash(step_id, defn.name, "before_body")
     # An atomic step's body and its record share one transaction, fenced by the claim:
     # its database writes commit with the record or not at all. The transaction is left
     # before the step's exception is raised, so a recorded failure commits too.
     with fenced_transaction(run.claim) if defn.atomic else nullcontext():
-        raised, value = _run_and_record(frame, defn, record, args, kwargs)
+        raised, value = _run_and_record(frame, defn, values, args, kwargs)
     if raised is not None:
         raise raised
     return value
@@ -84,7 +84,7 @@ def _execute(
 def _run_and_record(
     frame: Frame,
     defn: StepDef,
-    record: dict[str, Any],
+    values: dict[str, Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> tuple[BaseException | None, Any]:
@@ -92,7 +92,7 @@ def _run_and_record(
     exception the body raises, None). Control flow (a drain, a lost claim, a simulated
     crash) is raised through, so an atomic step's transaction rolls back."""
     run = frame.run
-    step_id = record["step_id"]
+    step_id = values["step_id"]
     began = time.monotonic()
     token = current_frame.set(Frame(run, frame.scope, step_id))
     try:
@@ -109,7 +109,7 @@ def _run_and_record(
             raise
         maybe_crash(step_id, defn.name)
         error = stored_errors.encode_error(exc)
-        _record(run, record, "failed", began, error=error, after=defn.unsafe_to_repeat)
+        _record(run, values, "failed", began, error=error, after=defn.unsafe_to_repeat)
         # From here on the failure's traceback is the recorded one, as on a replay: the
         # run's outcome is then the same whether this pass or a later one gives it.
         failure_detail.recorded(exc, error.get("traceback"))
@@ -132,9 +132,9 @@ def _run_and_record(
         result = serde.encode(value, f"result of step {step_id} ({defn.name})")
     except EverystepError as exc:
         error = stored_errors.encode_error(exc)
-        _record(run, record, "failed", began, error=error, after=defn.unsafe_to_repeat)
+        _record(run, values, "failed", began, error=error, after=defn.unsafe_to_repeat)
         return exc, None
-    _record(run, record, "done", began, result=result, after=defn.unsafe_to_repeat)
+    _record(run, values, "done", began, result=result, after=defn.unsafe_to_repeat)
     return None, serde.decode(result)
 
 
@@ -181,7 +181,7 @@ def _passes_through(exc: BaseException) -> bool:
 
 def _record(
     run: RunState,
-    record: dict[str, Any],
+    values: dict[str, Any],
     status: str,
     began: float,
     *,
@@ -189,6 +189,6 @@ def _record(
     error: dict[str, Any] | None = None,
     after: bool,
 ) -> None:
-    run.record(
-        status=status, result=result, error=error, began=began, after_started=after, **record
+    record(
+        run, status=status, result=result, error=error, began=began, after_started=after, **values
     )

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from everystep import serde, signals, stored_errors
 from everystep.engine.pass_state import Frame, RunState, current_frame
-from everystep.engine.recorded import Operation, body_frame, reach, served
+from everystep.engine.recorded import Operation, body_frame, conclude, reach, record, served
 from everystep.engine.replay import Decision
 from everystep.errors import EverystepError, Suspended, WaitTimeout, WorkflowCodeError
 from everystep.models import StepStatus
@@ -79,12 +79,12 @@ def wait_for(name: str, timeout: timedelta | float | None = None) -> Any:
         deadline = None if limit is None else now + limit
         sent, payload = event_payload(run.run_id, name)
         if sent:
-            run.record(op.step_id, WAIT, StepStatus.DONE, args=[name], result=payload)
+            record(run, op.step_id, WAIT, StepStatus.DONE, args=[name], result=payload)
             return serde.decode(payload)
         if deadline is not None and deadline <= now:
             raise _time_out(op, name, None)
         pending = {"event": name, "deadline": serde.encode(deadline)}
-        run.record(op.step_id, WAIT, StepStatus.STARTED, args=[name], result=pending)
+        record(run, op.step_id, WAIT, StepStatus.STARTED, args=[name], result=pending)
         raise Suspended(deadline, frozenset({name}))
     if op.decision is not Decision.PENDING:
         return served(op)
@@ -105,7 +105,7 @@ def wait_for(name: str, timeout: timedelta | float | None = None) -> Any:
     sent, payload = event_payload(run.run_id, name)
     if sent:
         woken(run, op.step_id, now)
-        run.settle(op.step_id, WAIT, StepStatus.DONE, result=payload)
+        conclude(run, op.step_id, WAIT, StepStatus.DONE, result=payload)
         return serde.decode(payload)
     if deadline is not None and deadline <= now:
         woken(run, op.step_id, now, deadline)
@@ -118,7 +118,7 @@ def _sleep(wake_time: Any, what: str) -> None:
     now = timezone.now()
     if op.decision is Decision.EXECUTE:
         wake = wake_time(now)
-        op.run.record(op.step_id, SLEEP, StepStatus.DONE, result=serde.encode(wake))
+        record(op.run, op.step_id, SLEEP, StepStatus.DONE, result=serde.encode(wake))
         if wake > now:
             raise Suspended(wake)
         return
@@ -170,7 +170,7 @@ def _time_out(op: Operation, name: str, deadline: datetime | None) -> WaitTimeou
     error = WaitTimeout(f"no event {name!r} was sent to run {run.run_id} before the timeout")
     encoded = stored_errors.encode_error(error)
     if deadline is None:
-        run.record(op.step_id, WAIT, StepStatus.FAILED, args=[name], error=encoded)
+        record(run, op.step_id, WAIT, StepStatus.FAILED, args=[name], error=encoded)
     else:
-        run.settle(op.step_id, WAIT, StepStatus.FAILED, error=encoded)
+        conclude(run, op.step_id, WAIT, StepStatus.FAILED, error=encoded)
     return error

@@ -59,7 +59,7 @@ _STEP_COLUMNS = (
     "started_at",
     "finished_at",
 )
-_SETTLED = ("status", "result", "error", "finished_at")
+_CONCLUDED = ("status", "result", "error", "finished_at")
 _FINISH_COLUMNS = tuple(finish_fields(Status.FAILED, None, None, None))
 
 
@@ -101,7 +101,7 @@ def record_step(
         with database.atomic() if together else nullcontext():
             if child is not None:
                 values["result"] = {"run": str(_insert_child(claim, child)), "workflow": child.name}
-            if after_started and _settle(claim, step_id, values):
+            if after_started and _conclude(claim, step_id, values):
                 return values["result"]
             if _insert(claim, values):
                 return values["result"]
@@ -136,13 +136,23 @@ def step_values(
 
 
 @guarded
-def settle_started(
-    claim: Claim, step_id: str, *, status: str, result: Any = None, error: Any = None
+def conclude_started(
+    claim: Claim,
+    step_id: str,
+    *,
+    status: str,
+    result: Any = None,
+    error: Any = None,
+    awaited_runs: bool = False,
 ) -> None:
-    """Replace a pending wait's ``started`` record with its outcome, fenced."""
+    """Replace a pending wait's ``started`` record with its outcome, fenced.
+    ``awaited_runs``: a wait for runs (``result``, ``gather``): the run no longer waits,
+    so its ``RunWait`` rows go too (``run_waits.release``), once the record is in."""
     values = {"status": status, "result": result, "error": error, "finished_at": timezone.now()}
-    if not _settle(claim, step_id, values):
+    if not _conclude(claim, step_id, values):
         raise refused(claim)
+    if awaited_runs:
+        run_waits.release(claim.run_id)
 
 
 def _insert_child(claim: Claim, child: Child) -> uuid.UUID:
@@ -202,20 +212,20 @@ def _insert(claim: Claim, values: dict[str, Any]) -> bool:
     return bool(cursor.rowcount == 1)
 
 
-def _settle_statement(db: Vendor) -> str:
+def _conclude_statement(db: Vendor) -> str:
     return (
-        f"UPDATE {STEPS} SET {', '.join(f'{c} = {db.placeholder(c)}' for c in _SETTLED)} "
+        f"UPDATE {STEPS} SET {', '.join(f'{c} = {db.placeholder(c)}' for c in _CONCLUDED)} "
         f"WHERE workflow_id = %s AND step_id = %s AND status = 'started' AND EXISTS ("
         f"SELECT 1 FROM {RUNS} w WHERE {fenced('w.')} {db.share})"
     )
 
 
-def _settle(claim: Claim, step_id: str, values: dict[str, Any]) -> bool:
+def _conclude(claim: Claim, step_id: str, values: dict[str, Any]) -> bool:
     """Give a ``started`` record its outcome in one statement, if the claim still holds
     the run; False if nothing was updated."""
     db, conn = current()
-    statement = db.statement("settle_step", _settle_statement)
-    params = db.params(_SETTLED, values)
+    statement = db.statement("conclude_step", _conclude_statement)
+    params = db.params(_CONCLUDED, values)
     params += [db.param("id", claim.run_id), step_id, *db.fence_params(claim)]
     cursor = db.execute(conn, statement, params)
     return bool(cursor.rowcount == 1)
@@ -268,7 +278,7 @@ def _finish_with_step_statement(db: Vendor) -> str:
 def merges_records(conn: Any) -> bool:
     """Whether ``finish_run`` writes a step record with the outcome in one statement on
     everystep's connection ``conn`` (PostgreSQL, outside a caller's transaction): only
-    then is a pass's last record worth holding back for it (``RunState.record``)."""
+    then is a pass's last record worth holding back for it (``engine.recorded.record``)."""
     return vendor_of(conn).carries_records and not conn.in_atomic_block
 
 
