@@ -1,13 +1,15 @@
 """Waiting for runs to end: ``result()`` and ``gather()``.
 
-Inside a running body the wait is durable, like ``wait_for``: one recorded operation
-(``everystep.result`` or ``everystep.gather``) that takes a position. If every awaited
-run has ended when it is reached, their outcomes are recorded (``done``) at once;
-otherwise it records ``started`` (the runs, the deadline) and the pass stops with
-``Suspended``: the run is released, holding no worker slot, until the last of those runs
-ends (``everystep.store.run_waits`` wakes it then, once) or the deadline passes. The pass
-that finds them ended settles the record with their outcomes; a deadline passed settles
-it ``failed`` with ``WaitTimeout``. Replays serve the record.
+Inside a running body the wait is durable, written as ``wait_for`` is (one helper,
+``everystep.engine.waits.durable``): one recorded operation (``everystep.result`` or
+``everystep.gather``) that takes a position. If every awaited run has ended when it is
+reached, their outcomes are recorded (``done``) at once; otherwise it records
+``started`` (the runs, the deadline) and the pass stops with ``Suspended``: the run is
+released, holding no worker slot, until the last of those runs ends
+(``everystep.store.run_waits`` wakes it then, once) or the deadline passes. The pass that
+finds them ended concludes the record with their outcomes; a deadline passed concludes
+it ``failed`` with ``WaitTimeout``. Either way the run's ``RunWait`` rows go with the
+record's conclusion (``everystep.store.fenced``). Replays serve the record.
 
 Outside a body the call blocks the calling thread, reading the runs in autocommit (no
 transaction is held open while it waits), woken by NOTIFY on PostgreSQL and by polling
@@ -28,30 +30,19 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import connections
-from django.utils import timezone
 
 from everystep import serde, stored_errors
 from everystep.engine.parallel import raise_failures
-from everystep.engine.recorded import (
-    Operation,
-    body_frame,
-    code_changed,
-    conclude,
-    reach,
-    record,
-    served,
-)
-from everystep.engine.replay import Decision
-from everystep.engine.waits import as_delay, recorded_time, woken
+from everystep.engine.recorded import Operation, body_frame, reach
+from everystep.engine.waits import Awaited, as_delay, durable
 from everystep.errors import (
     EverystepError,
     RunCancelled,
     RunStopped,
     StoreUnavailable,
-    Suspended,
     WaitTimeout,
 )
-from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
+from everystep.models import FINAL_STATUSES, Status, Workflow
 from everystep.store import run_waits
 from everystep.store.wake import EndedListener
 
@@ -146,40 +137,21 @@ def _outcomes(ids: list[uuid.UUID], what: str) -> list[dict[str, Any]] | None:
 def _durable(
     op: Operation, ids: list[uuid.UUID], limit: timedelta | None, what: str
 ) -> list[dict[str, Any]]:
-    run, now = op.run, timezone.now()
     wanted = [str(run_id) for run_id in ids]
-    if op.decision is Decision.EXECUTE:
+
+    def look() -> tuple[bool, list[dict[str, Any]] | None]:
         ended = _outcomes(ids, what)
-        if ended is not None:
-            record(run, op.step_id, op.name, StepStatus.DONE, args=wanted, result=ended)
-            return ended
-        deadline = None if limit is None else now + limit
-        if deadline is not None and deadline <= now:
-            raise _time_out(op, wanted, None, what)
-        waiting = {"runs": wanted, "deadline": serde.encode(deadline)}
-        record(run, op.step_id, op.name, StepStatus.STARTED, args=wanted, result=waiting)
-        # Every run, not those still running now: one may end before the run is released,
-        # and releasing decides which to wait for under their locks (``store.run_waits``).
-        raise Suspended(deadline, runs=frozenset(ids))
-    assert op.recorded is not None
-    if op.decision is Decision.RAISE_ERROR:
-        served(op)  # raises the recorded timeout
-    if op.decision is Decision.SERVE_RESULT:
-        return list(op.recorded.result)
-    waiting = op.recorded.result or {}
-    if waiting.get("runs") != wanted:
-        recorded = f"{what} of {_named(waiting.get('runs') or [])}"
-        raise run.abort(code_changed(run, op.step_id, recorded, f"{what} of {_named(wanted)}"))
-    deadline = recorded_time(waiting.get("deadline"))
-    ended = _outcomes(ids, what)
-    if ended is not None:
-        woken(run, op.step_id, now)
-        conclude(run, op.step_id, op.name, StepStatus.DONE, result=ended, awaited_runs=True)
-        return ended
-    if deadline is not None and deadline <= now:
-        woken(run, op.step_id, now, deadline)
-        raise _time_out(op, wanted, deadline, what)
-    raise Suspended(deadline, runs=frozenset(ids))
+        return ended is not None, ended
+
+    awaited = Awaited(
+        args=wanted,
+        holds={"runs": wanted},
+        shown=lambda holds: f"{what} of {_named(holds.get('runs') or [])}",
+        look=look,
+        timed_out=f"{what}: the awaited runs of run {op.run.run_id} had not ended in time",
+        runs=frozenset(ids),
+    )
+    return list(durable(op, awaited, limit))
 
 
 def _named(runs: list[str]) -> str:
@@ -187,17 +159,6 @@ def _named(runs: list[str]) -> str:
     if len(runs) == 1:
         return f"run {runs[0]}"
     return f"{len(runs)} runs" + (f" from {runs[0]}" if runs else "")
-
-
-def _time_out(op: Operation, wanted: list[str], deadline: Any, what: str) -> WaitTimeout:
-    run = op.run
-    error = WaitTimeout(f"{what}: the awaited runs of run {run.run_id} had not ended in time")
-    encoded = stored_errors.encode_error(error)
-    if deadline is None:
-        record(run, op.step_id, op.name, StepStatus.FAILED, args=wanted, error=encoded)
-    else:
-        conclude(run, op.step_id, op.name, StepStatus.FAILED, error=encoded, awaited_runs=True)
-    return error
 
 
 def _block(ids: list[uuid.UUID], limit: timedelta | None, what: str) -> list[dict[str, Any]]:

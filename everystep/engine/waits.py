@@ -1,4 +1,6 @@
-"""Durable waits inside a workflow body: ``sleep``, ``sleep_until`` and ``wait_for``.
+"""Durable waits inside a workflow body: ``sleep``, ``sleep_until`` and ``wait_for``;
+and ``durable``, the one way a wait for something that comes (an event here, runs to end
+in ``everystep.engine.results``) is recorded, replayed, concluded and timed out.
 
 A wait takes a step id like a step. Its first pass records when it ends (the wake time of
 a sleep, the deadline of a wait for an event) and the pass stops there with
@@ -10,12 +12,16 @@ a wait nor restarts its clock.
 
 Records: a sleep is a ``done`` step named ``everystep.sleep`` whose result is the wake
 time. A wait for an event is ``started`` (result: the event name and the deadline) until
-its outcome is known, then ``done`` with the payload or ``failed`` with ``WaitTimeout``.
+its outcome is known, then ``done`` with the payload or ``failed`` with ``WaitTimeout``
+(a wait for runs likewise, with the runs in place of the event). Each is a recorded
+operation (``everystep.engine.recorded``): reached, decided, written by that path.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,9 +29,17 @@ from django.utils import timezone
 
 from everystep import serde, signals, stored_errors
 from everystep.engine.pass_state import Frame, RunState, current_frame
-from everystep.engine.recorded import Operation, body_frame, conclude, reach, record, served
+from everystep.engine.recorded import (
+    Operation,
+    body_frame,
+    code_changed,
+    conclude,
+    reach,
+    record,
+    served,
+)
 from everystep.engine.replay import Decision
-from everystep.errors import EverystepError, Suspended, WaitTimeout, WorkflowCodeError
+from everystep.errors import EverystepError, Suspended, WaitTimeout
 from everystep.models import StepStatus
 from everystep.store.events import check_event_name, event_payload
 from everystep.times import project_time
@@ -73,44 +87,74 @@ def wait_for(name: str, timeout: timedelta | float | None = None) -> Any:
     check_event_name(name)
     limit = None if timeout is None else as_delay(timeout, "wait_for() timeout")
     op = reach(durable_frame("wait_for()"), WAIT, waits=True)
-    run = op.run
-    now = timezone.now()
+    awaited = Awaited(
+        args=[name],
+        holds={"event": name},
+        shown=lambda holds: f"wait_for({holds.get('event')!r})",
+        look=lambda: event_payload(op.run.run_id, name),
+        timed_out=f"no event {name!r} was sent to run {op.run.run_id} before the timeout",
+        events=frozenset({name}),
+    )
+    return serde.decode(durable(op, awaited, limit))
+
+
+@dataclass(frozen=True)
+class Awaited:
+    """What one durable wait waits for (an event, or runs to end), for ``durable``."""
+
+    args: list[Any]  # the record's arguments
+    holds: dict[str, Any]  # what its ``started`` record holds, beside the deadline
+    shown: Callable[[dict[str, Any]], str]  # such a record, named in a WorkflowCodeError
+    look: Callable[[], tuple[bool, Any]]  # has it come, and the result recorded if so
+    timed_out: str  # the ``WaitTimeout``'s message
+    events: frozenset[str] = frozenset()
+    runs: frozenset[Any] = frozenset()  # a wait for runs: its RunWait rows go with it
+
+
+def durable(op: Operation, awaited: Awaited, limit: timedelta | None) -> Any:
+    """The one durable wait (``wait_for``, ``result``, ``gather``), reached as ``op``: the
+    result recorded for it (as stored: the caller decodes it), or its recorded timeout
+    raised; ``Suspended`` while it has not come. A first pass records ``done`` at once if
+    it has come, else ``started`` with ``awaited.holds`` and the deadline; a later pass
+    that finds it come, or its deadline passed, concludes that record."""
+    run, now = op.run, timezone.now()
     if op.decision is Decision.EXECUTE:
         deadline = None if limit is None else now + limit
-        sent, payload = event_payload(run.run_id, name)
-        if sent:
-            record(run, op.step_id, WAIT, StepStatus.DONE, args=[name], result=payload)
-            return serde.decode(payload)
+        come, result = awaited.look()
+        if come:
+            record(run, op.step_id, op.name, StepStatus.DONE, args=awaited.args, result=result)
+            return result
         if deadline is not None and deadline <= now:
-            raise _time_out(op, name, None)
-        pending = {"event": name, "deadline": serde.encode(deadline)}
-        record(run, op.step_id, WAIT, StepStatus.STARTED, args=[name], result=pending)
-        raise Suspended(deadline, frozenset({name}))
-    if op.decision is not Decision.PENDING:
-        return served(op)
+            raise _time_out(op, awaited, None)
+        holds = {**awaited.holds, "deadline": serde.encode(deadline)}
+        record(run, op.step_id, op.name, StepStatus.STARTED, args=awaited.args, result=holds)
+        # Every run, not those still running now: one may end before the run is released,
+        # and releasing decides which to wait for under their locks (``store.run_waits``).
+        raise Suspended(deadline, awaited.events, awaited.runs)
     assert op.recorded is not None
-    pending = op.recorded.result or {}
-    if pending.get("event") != name:
-        raise run.abort(
-            WorkflowCodeError(
-                f"run {run.run_id}: step {op.step_id} waits for event "
-                f"{pending.get('event')!r} in its record but the workflow now waits for "
-                f"{name!r}; the code changed incompatibly",
-                step_id=op.step_id,
-                recorded=f"wait_for({pending.get('event')!r})",
-                called=f"wait_for({name!r})",
-            )
-        )
-    deadline = recorded_time(pending.get("deadline"))
-    sent, payload = event_payload(run.run_id, name)
-    if sent:
+    if op.decision is not Decision.PENDING:
+        return op.recorded.result if op.decision is Decision.SERVE_RESULT else served(op)
+    holds = op.recorded.result or {}
+    if any(holds.get(key) != value for key, value in awaited.holds.items()):
+        shown = awaited.shown
+        raise run.abort(code_changed(run, op.step_id, shown(holds), shown(awaited.holds)))
+    deadline = recorded_time(holds.get("deadline"))
+    come, result = awaited.look()
+    if come:
         woken(run, op.step_id, now)
-        conclude(run, op.step_id, WAIT, StepStatus.DONE, result=payload)
-        return serde.decode(payload)
+        conclude(
+            run,
+            op.step_id,
+            op.name,
+            StepStatus.DONE,
+            result=result,
+            awaited_runs=bool(awaited.runs),
+        )
+        return result
     if deadline is not None and deadline <= now:
         woken(run, op.step_id, now, deadline)
-        raise _time_out(op, name, deadline)
-    raise Suspended(deadline, frozenset({name}))
+        raise _time_out(op, awaited, deadline)
+    raise Suspended(deadline, awaited.events, awaited.runs)
 
 
 def _sleep(wake_time: Any, what: str) -> None:
@@ -165,12 +209,21 @@ def woken(run: RunState, step_id: str, now: datetime, wake: datetime | None = No
     )
 
 
-def _time_out(op: Operation, name: str, deadline: datetime | None) -> WaitTimeout:
+def _time_out(op: Operation, awaited: Awaited, deadline: datetime | None) -> WaitTimeout:
+    """The wait's ``WaitTimeout``, recorded: ``failed`` at once (``deadline`` None: the
+    first pass found it passed), or its ``started`` record concluded so."""
     run = op.run
-    error = WaitTimeout(f"no event {name!r} was sent to run {run.run_id} before the timeout")
+    error = WaitTimeout(awaited.timed_out)
     encoded = stored_errors.encode_error(error)
     if deadline is None:
-        record(run, op.step_id, WAIT, StepStatus.FAILED, args=[name], error=encoded)
+        record(run, op.step_id, op.name, StepStatus.FAILED, args=awaited.args, error=encoded)
     else:
-        conclude(run, op.step_id, WAIT, StepStatus.FAILED, error=encoded)
+        conclude(
+            run,
+            op.step_id,
+            op.name,
+            StepStatus.FAILED,
+            error=encoded,
+            awaited_runs=bool(awaited.runs),
+        )
     return error
