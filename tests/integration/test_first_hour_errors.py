@@ -19,7 +19,7 @@ from django.core.management.base import CommandError
 from django.db import connections, transaction
 from django.utils import timezone
 
-from everystep import api, schedule, step, workflow
+from everystep import schedule, scheduling, step, workflow
 from everystep.errors import EverystepError
 from everystep.models import Status, Workflow
 from everystep.store.runners import beat
@@ -120,15 +120,15 @@ def test_arguments_are_bound_against_the_users_function_under_a_wrapper():
 
 def test_the_signature_is_read_once_per_workflow(monkeypatch: pytest.MonkeyPatch):
     """Scheduling a workflow many times inspects its signature once (a cached lookup)."""
-    api._signature.cache_clear()
+    scheduling._signature.cache_clear()
     reads: list[Any] = []
-    real = api.inspect.signature
+    real = scheduling.inspect.signature
 
     def counting(fn: Any) -> Any:
         reads.append(fn)
         return real(fn)
 
-    monkeypatch.setattr(api.inspect, "signature", counting)
+    monkeypatch.setattr(scheduling.inspect, "signature", counting)
     for i in range(5):
         schedule(wf.sequential, i, i)
     assert len(reads) == 1

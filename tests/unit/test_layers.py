@@ -54,6 +54,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "edges",
         (
             "everystep.api",
+            "everystep.decorators",
+            "everystep.scheduling",
             "everystep.testing",
             "everystep.management",
             "everystep.ui",

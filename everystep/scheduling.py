@@ -1,0 +1,190 @@
+"""Starting runs: ``schedule()`` and ``start()``, and the checks they make before any run
+is written — the function is a workflow, its arguments bind to its parameters and can be
+stored, the idempotency key fits, and a worker could import the workflow.
+
+Nothing here touches the database at import time, so workflow modules can be imported
+before Django is fully set up.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Never
+
+from everystep import registry, safe_text, serde
+from everystep.decorators import is_django_task, task_name
+from everystep.errors import EverystepError, WorkflowNotDiscoveredWarning
+from everystep.registry import WorkflowDef
+
+if TYPE_CHECKING:
+    from everystep.models import Workflow
+
+
+def schedule(
+    workflow_fn: Callable[..., Any],
+    *args: Any,
+    at: datetime | None = None,
+    delay: timedelta | float | None = None,
+    idempotency_key: str | None = None,
+    **keywords: Never,
+) -> Workflow:
+    """Insert a ``scheduled`` run of ``workflow_fn(*args)`` in the current transaction on
+    everystep's database (``EVERYSTEP_DATABASE``); a transaction on another alias does not
+    hold it back: there the run commits at once, whatever becomes of that transaction.
+
+    ``at`` (a datetime; naive is read in the project's time zone) or ``delay`` (a
+    ``timedelta`` or seconds) starts it later: no worker claims it before then. With
+    ``idempotency_key``, scheduling the same workflow and key again returns the
+    existing run instead of creating a second one.
+    """
+    from django.utils import timezone
+
+    from everystep.engine.waits import as_delay, as_instant
+    from everystep.store.runs import create_run
+
+    if at is not None and delay is not None:
+        raise TypeError("schedule() takes at= or delay=, not both")
+    due = timezone.now() if at is None else as_instant(at, "schedule() at")
+    if delay is not None:
+        due += as_delay(delay, "schedule() delay")
+    defn, stored = _run_of(workflow_fn, args, keywords, idempotency_key, "schedule")
+    return create_run(defn.name, stored, idempotency_key, due_at=due)
+
+
+def start(
+    workflow_fn: Callable[..., Any],
+    *args: Any,
+    idempotency_key: str | None = None,
+    everystep_id: str | None = None,
+    **keywords: Never,
+) -> Workflow:
+    """Inside a running workflow body (or fork branch): start a child run of
+    ``workflow_fn(*args)``, recorded like a step, so a replay returns the same child and
+    no crash can start a second one; the child's ``parent`` is the calling run. Outside
+    a running body it is ``schedule()``."""
+    from everystep.engine import children
+    from everystep.engine.recorded import body_frame
+    from everystep.store.runs import create_run
+
+    defn, stored = _run_of(workflow_fn, args, keywords, idempotency_key, "start")
+    frame = body_frame()
+    if frame is None:
+        return create_run(defn.name, stored, idempotency_key)
+    return children.start(frame, defn.name, stored, idempotency_key, everystep_id)
+
+
+# The keywords of schedule() and start() themselves, for the message about the others.
+_OWN_KEYWORDS = {
+    "schedule": "at, delay and idempotency_key",
+    "start": "idempotency_key and everystep_id",
+}
+
+
+def _run_of(
+    workflow_fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    keywords: dict[str, Any],
+    idempotency_key: str | None,
+    verb: str,
+) -> tuple[WorkflowDef, Any]:
+    """The definition of ``workflow_fn`` and its arguments stored, checked before any
+    run is written."""
+    defn = registry.workflow_def(workflow_fn)
+    if defn is None:
+        raise TypeError(_not_a_workflow(workflow_fn))
+    if keywords:
+        raise TypeError(
+            f"cannot {verb} workflow {defn.name}{_bare_signature(defn)}: workflow arguments "
+            "are positional (a run stores a list of arguments, no keywords), got keyword "
+            f"argument{'' if len(keywords) == 1 else 's'} {', '.join(sorted(keywords))}: "
+            f"pass the values in the order of the parameters ({verb}()'s own keywords are "
+            f"{_OWN_KEYWORDS[verb]})"
+        )
+    _check_arguments(defn, args, verb)
+    if not registry.known_to_workers(defn.name):
+        _not_discovered(defn, verb)
+    if idempotency_key is not None and (
+        not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > 255
+    ):
+        raise TypeError("idempotency_key must be a non-empty string of at most 255 characters")
+    if idempotency_key is not None:
+        safe_text.storable_text(idempotency_key, f"idempotency_key of workflow {defn.name}")
+    return defn, serde.encode(list(args), f"arguments of workflow {defn.name}")
+
+
+def _check_arguments(defn: WorkflowDef, args: tuple[Any, ...], verb: str) -> None:
+    """A ``TypeError`` naming the workflow if its body cannot be called with ``args``,
+    now rather than in a failed run later."""
+    signature = _signature(defn)
+    if signature is None:
+        return
+    try:
+        signature.bind(*args)
+    except TypeError as exc:
+        raise TypeError(
+            f"cannot {verb} workflow {defn.name}{_bare_signature(defn)}: {exc} "
+            f"(given {len(args)} positional argument{'' if len(args) == 1 else 's'})"
+        ) from None
+
+
+def _bare_signature(defn: WorkflowDef) -> str:
+    """The workflow function's parameters, without annotations, for a message."""
+    signature = _signature(defn)
+    if signature is None:
+        return "(...)"
+    parameters = [p.replace(annotation=p.empty) for p in signature.parameters.values()]
+    return str(signature.replace(parameters=parameters, return_annotation=signature.empty))
+
+
+def _not_a_workflow(obj: Any) -> str:
+    if is_django_task(obj) and registry.workflow_def(getattr(obj, "func", None)):
+        return (
+            f"{task_name(obj)} is a django.tasks @task over a @workflow, not a workflow: "
+            "its .enqueue() runs the body as a plain call, nothing recorded. Remove @task "
+            "and schedule the workflow (everystep's backend for Django's task framework, "
+            "coming, will run @task functions as workflows)"
+        )
+    return f"{obj!r} is not a @workflow function"
+
+
+def _not_discovered(defn: WorkflowDef, verb: str) -> None:
+    """Refuse to start a run that no worker could execute: the workflow was registered
+    after Django started, so a worker, which imports only what starting Django imports,
+    would fail the run for good with "unknown workflow". In Django's test environment
+    ``everystep.testing`` runs it in the test process, so there it is a warning."""
+    from everystep import conf
+
+    module = getattr(defn.fn, "__module__", None) or "?"
+    if module == "__main__":
+        where = "in the script being run (module '__main__'), which no worker can import"
+        fix = "move it to a module listed in EVERYSTEP_WORKFLOW_MODULES"
+    else:
+        where = f"in module {module!r}, which workers do not import"
+        fix = f"add {module!r} to the setting EVERYSTEP_WORKFLOW_MODULES"
+    message = (
+        f"cannot {verb} workflow {defn.name}: it is defined {where}, so a worker would fail "
+        'the run with "unknown workflow". Define it in an installed app\'s workflows.py '
+        f"(or import it from there), or {fix}"
+    )
+    if not conf.in_test_environment():
+        raise EverystepError(message)
+    # stacklevel: past this function, _run_of() and schedule()/start(), to their caller.
+    warnings.warn(
+        f"{message} (a warning in tests: everystep.testing.run_due() runs it in this process)",
+        WorkflowNotDiscoveredWarning,
+        stacklevel=4,
+    )
+
+
+# Once per definition, not per schedule: ``inspect.signature`` reads the code object and
+# follows ``__wrapped__`` on every call.
+@functools.lru_cache(maxsize=4096)
+def _signature(defn: WorkflowDef) -> inspect.Signature | None:
+    try:
+        return inspect.signature(defn.fn)
+    except (TypeError, ValueError):  # a callable without one (a builtin): not checked
+        return None
