@@ -19,7 +19,8 @@ from datetime import datetime
 from django.utils import timezone
 
 from everystep import signals
-from everystep.engine.execute import PassResult, fail, run_pass
+from everystep.engine.execute import run_pass
+from everystep.engine.outcome import PassResult, fail
 from everystep.errors import EverystepError, StoreUnavailable
 from everystep.store import database
 from everystep.store.claims import claim_due, next_due, reclaim_parked, reclaim_strays

@@ -15,7 +15,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from django.db import connections
 
-from everystep.engine.execute import report_requeued
+from everystep.engine.outcome import report_requeued
 from everystep.store import database
 from everystep.store.fenced import requeue_run
 from everystep.store.guard import UNREACHABLE

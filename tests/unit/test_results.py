@@ -35,7 +35,7 @@ def test_a_failure_whose_type_is_gone_is_a_step_failure() -> None:
 
 
 def test_a_stopped_run_raises_run_stopped_with_reason_and_payload() -> None:
-    from everystep.engine.execute import encode_outcome_error
+    from everystep.engine.outcome import encode_outcome_error
 
     error = encode_outcome_error(Terminal("out of stock", {"sku": 7}))
     with pytest.raises(RunStopped) as stopped:
