@@ -3,7 +3,7 @@
 A child's start is a recorded operation like a step (it takes a position, accepts
 ``everystep_id=``): a ``done`` record named ``everystep.start`` whose result names the
 child (``{"run": id, "workflow": name}``). The child's row is inserted in the
-transaction that writes the record (``everystep.store.fenced.record_step``), so a crash
+transaction that writes the record (``everystep.store.step_records.record_step``), so a crash
 leaves both or neither: a replay finds the record and returns the same child, and no
 pass can start a second one.
 """
@@ -18,7 +18,7 @@ from everystep.engine.pass_state import Frame
 from everystep.engine.recorded import code_changed, reach, record
 from everystep.engine.replay import Decision
 from everystep.models import StepStatus, Workflow
-from everystep.store.fenced import Child
+from everystep.store.step_records import Child
 
 START = "everystep.start"
 

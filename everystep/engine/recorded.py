@@ -1,7 +1,7 @@
 """The one path every recorded operation of a body takes: step calls, sleeps, waits for
 events, patch decisions, child starts and waits for runs. Its decisions and its writes
 are all here; the state they read and keep is ``everystep.engine.pass_state``'s, the
-statements they run are ``everystep.store.fenced``'s.
+statements they run are ``everystep.store.step_records``'s.
 
 A call ``reach``es its operation: it takes the operation's id in the caller's scope,
 looks up the record at that id, and gets the replay decision (``replay.decide``, pure);
@@ -30,7 +30,7 @@ from everystep.engine.replay import Decision
 from everystep.errors import ReachedNewWork, Terminal, WorkflowCodeError
 from everystep.models import StepStatus
 from everystep.store import database
-from everystep.store.fenced import Child, conclude_started, record_step, step_values
+from everystep.store.step_records import Child, conclude_started, record_step, step_values
 from everystep.values import RecordedStep
 
 _HOLDABLE = frozenset({StepStatus.DONE, StepStatus.FAILED})

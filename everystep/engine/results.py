@@ -9,7 +9,7 @@ released, holding no worker slot, until the last of those runs ends
 (``everystep.store.run_waits`` wakes it then, once) or the deadline passes. The pass that
 finds them ended concludes the record with their outcomes; a deadline passed concludes
 it ``failed`` with ``WaitTimeout``. Either way the run's ``RunWait`` rows go with the
-record's conclusion (``everystep.store.fenced``). Replays serve the record.
+record's conclusion (``everystep.store.step_records``). Replays serve the record.
 
 Outside a body the call blocks the calling thread, reading the runs in autocommit (no
 transaction is held open while it waits), woken by NOTIFY on PostgreSQL and by polling

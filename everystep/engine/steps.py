@@ -26,7 +26,7 @@ from everystep.errors import (
 from everystep.models import StepStatus
 from everystep.registry import StepDef
 from everystep.store import database
-from everystep.store.fenced import fenced_transaction
+from everystep.store.step_records import fenced_transaction
 
 
 def call_step(

@@ -16,7 +16,10 @@ A run's life, in the order it meets them:
 
 - ``runs``: scheduling, the engine's reads of a run, operators' writes to one run;
 - ``claims``: claiming due runs, per database;
-- ``fenced``: every write made for a claimed run (records, its outcome, releasing it);
+- ``step_records``: a claimed run's records (steps, waits, patch decisions, child starts;
+  concluding a wait also drops its ``RunWait`` rows), fenced by the claim;
+- ``fenced``: the fenced writes that end a claimed pass (its outcome, its release to wait,
+  its requeue). These two modules hold every write made for a claimed run;
 - ``events``: events sent to runs;
 - ``run_waits``: runs waiting for other runs to end (``result``, ``gather``);
 - ``runners``: heartbeats and requeueing the runs of runners that are gone;

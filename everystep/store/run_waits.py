@@ -14,8 +14,12 @@ and then its own; an outcome locks its own row, commits, and only then the waite
 
 A worker that dies between an outcome and that wake leaves the rows behind, and its
 waiters asleep; ``sweep`` (run by every worker's heartbeat thread) finds such rows and
-wakes them. A blocking ``result()`` outside a
-body marks the run ``awaited`` too, so its end also sends a NOTIFY (PostgreSQL).
+wakes them. A blocking ``result()`` outside a body marks the run ``awaited`` too, so its
+end also sends a NOTIFY (PostgreSQL).
+
+For a claimed run, ``hold``, ``ended`` and ``release`` are called only from its fenced
+writes (``everystep.store.fenced``, ``everystep.store.step_records``); operators'
+cancels call ``ended`` too.
 """
 
 from __future__ import annotations
@@ -74,7 +78,8 @@ def ended(runs: Iterable[uuid.UUID]) -> None:
 
 
 def release(waiter: uuid.UUID) -> None:
-    """The waiter stopped waiting (its wait settled): its rows go, so a later end of a
+    """The waiter stopped waiting (its wait's record was concluded, by
+    ``step_records.conclude_started``, the one caller): its rows go, so a later end of a
     run it no longer awaits does not wake it for nothing."""
     RunWait.objects.filter(waiter_id=waiter).delete()
 

@@ -1,6 +1,7 @@
 """Scheduling runs, the engine's reads of one run, and operators' writes to runs
-(settling a blocked step, cancelling, requeueing). The writes made for a claimed run are
-in ``everystep.store.fenced``.
+(resolving a blocked step, cancelling, requeueing). The writes made for a claimed run are
+in ``everystep.store.step_records`` (its records) and ``everystep.store.fenced`` (its
+outcome, its release, its requeue).
 """
 
 from __future__ import annotations
