@@ -99,7 +99,7 @@ def parallel(*branches: Branch, everystep_id: str | None = None) -> tuple[Any, .
             "everystep.fork", run_id=frame.run.run_id, fork_id=fork_id, branches=len(plan)
         ):
             _run_all(len(plan), run_branch, threads_allowed)
-    return _settle(results, errors)
+    return _joined(results, errors)
 
 
 def _run_all(count: int, run_branch: Callable[[int], None], threads_allowed: bool) -> None:
@@ -139,7 +139,9 @@ def _in_thread(
         slots.release()
 
 
-def _settle(results: list[Any], errors: list[BaseException | None]) -> tuple[Any, ...]:
+def _joined(results: list[Any], errors: list[BaseException | None]) -> tuple[Any, ...]:
+    """The fork's result once every branch has run: the branches' results, or what
+    they raised, in order of precedence; a fork with a branch still waiting waits."""
     raised = [exc for exc in errors if exc is not None]
     if not raised:
         return tuple(results)

@@ -171,18 +171,18 @@ def load_steps(run_id: UUID) -> dict[str, RecordedStep]:
     return {row[0]: RecordedStep(*row) for row in rows}
 
 
-SETTLE_MODES = ("result", "error", "discard")
+RESOLVE_MODES = ("result", "error", "discard")
 
 
-def settle_step(
+def resolve_step_from_text(
     run_id: str, step_id: str, *, mode: str, text: str = "", actor: Actor, reason: str = ""
 ) -> Workflow:
-    """Settle the uncertain step of a blocked run from an operator's input (the
+    """Resolve the uncertain step of a blocked run from an operator's input (the
     ``everystep_resolve_step`` command and the UI): ``text`` is the step's result as
     JSON for ``result``, the failure message for ``error``, ignored for ``discard``.
     Bad input is an ``EverystepError`` saying what was expected; nothing is written."""
-    if mode not in SETTLE_MODES:
-        raise EverystepError(f"the mode must be one of {', '.join(SETTLE_MODES)}, got {mode!r}")
+    if mode not in RESOLVE_MODES:
+        raise EverystepError(f"the mode must be one of {', '.join(RESOLVE_MODES)}, got {mode!r}")
     _check_step_id(step_id)
     value: Any = None
     if mode == "result":
@@ -208,7 +208,7 @@ def _check_step_id(step_id: str) -> None:
 def resolve_step(
     run_id: str, step_id: str, *, mode: str, value: Any = None, actor: Actor, reason: str = ""
 ) -> Workflow:
-    """Settle the ``started`` step of a ``blocked`` run and requeue the run, with the
+    """Resolve the ``started`` step of a ``blocked`` run and requeue the run, with the
     audit entry in the same transaction.
 
     ``mode`` is ``result`` (the effect happened; ``value`` is its encoded result),
@@ -231,7 +231,7 @@ def resolve_step(
         if mode == "discard":
             step.delete()
         else:
-            _settle(step, mode, value, actor)
+            _write_resolution(step, mode, value, actor)
         detail = {"step_id": step_id, "mode": mode}
         audit.record("resolve", actor, run=run_id, reason=reason, detail=detail)
         notify_due()
@@ -240,7 +240,8 @@ def resolve_step(
     return run
 
 
-def _settle(step: Step, mode: str, value: Any, actor: Actor) -> None:
+def _write_resolution(step: Step, mode: str, value: Any, actor: Actor) -> None:
+    # ``settled_by`` is the column's documented name for who resolved the step.
     step.finished_at = timezone.now()
     step.settled_by = actor.by[: Step._meta.get_field("settled_by").max_length]
     if mode == "result":

@@ -28,7 +28,7 @@ from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
 from everystep.store.audit import Actor
 from everystep.store.events import send_event
 from everystep.store.runners import get_runner, requeue_runner
-from everystep.store.runs import cancel_run, get_run, requeue_one, settle_step
+from everystep.store.runs import cancel_run, get_run, requeue_one, resolve_step_from_text
 from everystep.ui import notices
 from everystep.ui.access import secured
 
@@ -138,7 +138,7 @@ def _perform(action: str, run_id: str, form: Any, *, actor: Actor) -> Done:
         return _fork(run_id, form, actor)
     step_id, mode = form.get("step_id", ""), form.get("mode", "")
     text = form.get("value", "")
-    settle_step(run_id, step_id, mode=mode, text=text, actor=actor, reason=reason)
+    resolve_step_from_text(run_id, step_id, mode=mode, text=text, actor=actor, reason=reason)
     return Done(action, f" (step {step_id}: {mode})")
 
 

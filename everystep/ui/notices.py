@@ -16,7 +16,7 @@ from everystep import registry, safe_text
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
 from everystep.store.reports import run_steps
-from everystep.store.runs import SETTLE_MODES, get_run
+from everystep.store.runs import RESOLVE_MODES, get_run
 
 logger = logging.getLogger("everystep.ui")
 
@@ -109,7 +109,7 @@ def _send_refusal(form: Any) -> str:
 
 def _resolve_refusal(run: Workflow, form: Any) -> str:
     mode = form.get("mode", "")
-    if mode not in SETTLE_MODES:
+    if mode not in RESOLVE_MODES:
         return "bad-mode"
     steps = {step.step_id: step for step in run_steps(run.id)}
     step = steps.get(form.get("step_id", ""))

@@ -306,13 +306,13 @@ def settle_blocked() -> list[str]:
     it resumes and completes; the ids settled."""
     from everystep.models import Workflow
     from everystep.store.audit import Actor
-    from everystep.store.runs import settle_step
+    from everystep.store.runs import resolve_step_from_text
 
     settled = []
     for run in Workflow.objects.filter(name__in=NAMES, status="blocked"):
         receipt = expected(run.name, run.args).result["receipt"]
         text = json.dumps(receipt)
         actor = Actor("chaos", "test")
-        settle_step(str(run.id), UNSAFE_STEP, mode="result", text=text, actor=actor)
+        resolve_step_from_text(str(run.id), UNSAFE_STEP, mode="result", text=text, actor=actor)
         settled.append(str(run.id))
     return settled

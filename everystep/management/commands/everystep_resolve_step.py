@@ -12,7 +12,7 @@ from everystep.management.arguments import RUN_ID_HELP, checked_run_id, checked_
 from everystep.management.commands._base import EverystepCommand
 from everystep.models import Workflow
 from everystep.store.audit import Actor
-from everystep.store.runs import settle_step
+from everystep.store.runs import resolve_step_from_text
 
 logger = logging.getLogger("everystep.ops")
 
@@ -41,7 +41,7 @@ class Command(EverystepCommand):
         actor = Actor.command("everystep_resolve_step")
         reason = checked_text(options["reason"], "--reason")
         try:
-            run = settle_step(
+            run = resolve_step_from_text(
                 run_id, options["step_id"], mode=mode, text=text, actor=actor, reason=reason
             )
         except EverystepError as exc:
