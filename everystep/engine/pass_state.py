@@ -95,7 +95,7 @@ class RunState:
     should_drain: Callable[[], bool] = lambda: False
     threads_allowed: bool = True
     # A replay check (``everystep.engine.check``): serve records, write nothing, stop with
-    # ``ReachedNewWork`` where a record would be written.
+    # ``ReachedNewWork`` where a record would be written (``recorded.writing``).
     checking: bool = False
     aborted: BaseException | None = None
     # The ids this pass has reached so far (served, executed or decided): the records
