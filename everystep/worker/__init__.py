@@ -1,4 +1,17 @@
-"""The long-running worker: claims due runs and executes them on a thread pool."""
+"""The long-running worker: claims due runs and executes them on a thread pool.
+
+- ``loop``: ``Worker`` — its lifecycle and the claim loop (backlog, gathering, strays).
+- ``passes``: a run's pass on the pool — submitted, executed, reaped (retried after an
+  outage, failed when it crashed outside the engine).
+- ``worker_state``: ``WorkerOptions`` and ``WorkerState``, the narrow object the
+  collaborators below read instead of the ``Worker`` class.
+- ``shutdown``: the drain; ``interrupts``: SIGTERM/SIGINT handling.
+- ``heartbeat``: on a thread of its own, the runner's beats, orphan recovery and the sweep
+  for waiters left asleep; ``naming``: taking the runner name at start-up (one live
+  process per name); ``outage``: the backoff and logs while the database is away.
+- ``health`` (liveness and readiness), ``collector`` (the worker's gauges) and ``http``
+  (the port serving both); ``connections``: database connections kept across runs.
+"""
 
 from everystep.worker.loop import Worker
 

@@ -4,6 +4,11 @@ Every ``poll`` seconds (sooner when woken by a finished run or a PostgreSQL NOTI
 reap finished runs → capacity = pool - in flight → claim up to capacity in one
 transaction → submit to the thread pool. Never more than ``pool_size`` runs in flight;
 nothing is claimed while the pool is full.
+
+Here: the worker's lifecycle (start, the loop, the shutdown sequence) and the claim side
+(what to claim and when: the backlog, gathering free slots, taking back strays, the time
+until the next run is due). A pass on the pool, and what becomes of it when it ends, is
+``passes``.
 """
 
 from __future__ import annotations
@@ -13,23 +18,19 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from datetime import datetime
 
 from django.utils import timezone
 
 from everystep import signals
-from everystep.engine.execute import run_pass
-from everystep.engine.outcome import PassResult, fail
-from everystep.errors import EverystepError, StoreUnavailable
+from everystep.engine.outcome import PassResult
+from everystep.errors import EverystepError
 from everystep.store import database
 from everystep.store.claims import claim_due, next_due, reclaim_parked, reclaim_strays
 from everystep.store.guard import DATABASE_ERRORS
-from everystep.store.runs import get_run
 from everystep.store.wake import Listener, can_listen
 from everystep.values import Claim
-from everystep.worker import interrupts, naming, shutdown
-from everystep.worker.connections import keep_connections
+from everystep.worker import interrupts, naming, passes, shutdown
 from everystep.worker.heartbeat import LOCK_WAIT, Heartbeat
 from everystep.worker.http import ProbeServer
 from everystep.worker.outage import Outage
@@ -242,10 +243,7 @@ class Worker:
                         sender=Worker, runner=self.options.name, count=len(claimed)
                     )
                 batch += claimed
-        for held in batch:
-            future = executor.submit(self._execute, held)
-            self.state.running[future] = held
-            future.add_done_callback(lambda _: self.state.wake.set())
+        passes.submit(self.state, executor, batch)
 
     def _gathering(self, capacity: int) -> bool:
         """Whether to leave ``capacity`` free slots unclaimed a moment longer. While runs
@@ -330,63 +328,6 @@ class Worker:
         backlog.extendleft(reversed(later))
         return batch
 
-    def _execute(self, held: Claim) -> PassResult:
-        try:
-            return run_pass(held, should_drain=self.state.stop.is_set)
-        finally:
-            keep_connections()
-
     def reap(self) -> list[tuple[Claim, PassResult | None]]:
         """Collect finished runs; fail those that crashed outside the engine."""
-        running = self.state.running
-        finished = [(future, held) for future, held in running.items() if future.done()]
-        reaped: list[tuple[Claim, PassResult | None]] = []
-        for future, held in finished:
-            del running[future]
-            exc = future.exception()
-            if exc is not None:
-                self._fail_crashed(held, exc)
-                reaped.append((held, None))
-                continue
-            result = future.result()
-            if result.status == "retry":
-                self._retry_later(held, result)
-            reaped.append((held, result))
-        return reaped
-
-    def _retry_later(self, held: Claim, result: PassResult) -> None:
-        self._outage.down(result.exc)
-        # Steps may have been recorded before the database went away: the next pass
-        # loads them rather than trusting the claim's "fresh".
-        held = replace(held, fresh=False)
-        self.state.backlog.append(
-            (time.monotonic() + max(self._outage.backoff, self.options.poll), held)
-        )
-
-    def _fail_crashed(self, held: Claim, exc: BaseException) -> None:
-        workflow = held.workflow
-        if workflow is None:
-            try:
-                row = get_run(held.run_id)
-            except StoreUnavailable:
-                row = None
-            workflow = row.name if row is not None else "?"
-        extra = {
-            "event": "run.crashed",
-            "run_id": str(held.run_id),
-            "workflow": workflow,
-            "runner": self.options.name,
-        }
-        # The traceback is logged here; the outcome itself (log line, metrics, Sentry)
-        # goes through the engine's one path, like every other outcome.
-        logger.error(
-            "run %s (%s) crashed outside the engine; marking it failed",
-            held.run_id,
-            workflow,
-            exc_info=exc,
-            extra=extra,
-        )
-        try:
-            fail(held, workflow, exc)
-        except StoreUnavailable as down:
-            self._retry_later(held, PassResult("retry", down))
+        return passes.reap(self.state, self._outage)
