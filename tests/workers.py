@@ -1,12 +1,22 @@
-"""How the acceptance tests and the benchmarks start a real worker subprocess against the
-test database of the process that starts it."""
+"""How the tests and the benchmarks start a worker: a real worker subprocess against the
+test database of the process that starts it, or ``Worker.run()`` on a thread of the test
+process (``worker_on_thread``)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from django.db import connections
+
+if TYPE_CHECKING:
+    from everystep.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,3 +60,69 @@ def manage(
         text=True,
         timeout=timeout,
     )
+
+
+# An embedded test worker polls and beats often and recovers a silent runner's runs at
+# once, so a test waits milliseconds for what a production worker spreads over seconds.
+EMBEDDED = {"poll": 0.02, "heartbeat": 0.2, "orphan_timeout": 0}
+
+
+class WorkerThread:
+    """``Worker(**options).run()`` on a thread of this process, started by ``start()``;
+    ``returned`` and ``raised`` hold what ``run()`` returned or raised once it ends."""
+
+    def __init__(self, **options: object) -> None:
+        # Imported here: this module is imported before Django is set up.
+        from everystep.worker import Worker
+
+        self.worker: Worker = Worker(**{**EMBEDDED, **options})  # type: ignore[arg-type]
+        self.returned: list[bool] = []
+        self.raised: list[BaseException] = []
+        self.thread = threading.Thread(
+            target=self._run, name=f"test-worker {self.worker.options.name}"
+        )
+
+    def _run(self) -> None:
+        try:
+            self.returned.append(self.worker.run())
+        except BaseException as exc:
+            self.raised.append(exc)
+        finally:
+            # The loop's own connection, closed as a request's would be: a test database
+            # cannot be dropped while a connection to it is open.
+            connections.close_all()
+
+    def start(self) -> WorkerThread:
+        self.thread.start()
+        return self
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        """Wait until the worker claims (its start-up and catchup are done)."""
+        ready = self.worker.ready.wait(timeout)
+        assert ready, f"the worker was not ready within {timeout}s (run() raised {self.raised})"
+
+    def join(self, timeout: float = 60) -> None:
+        """Wait for ``run()`` to return; fail if it has not within ``timeout`` seconds."""
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"run() did not return within {timeout}s"
+
+    def stop(self, timeout: float = 60) -> None:
+        """``Worker.stop()``, then wait for ``run()`` to return."""
+        self.worker.stop()
+        self.join(timeout)
+
+
+@contextmanager
+def worker_on_thread(*, wait_ready: bool = True, **options: object) -> Iterator[WorkerThread]:
+    """A ``WorkerThread`` started (and ready, unless ``wait_ready=False``) for the block;
+    on exit the worker is stopped, ``run()`` must return within a minute, and whatever
+    it raised is raised here."""
+    started = WorkerThread(**options).start()
+    try:
+        if wait_ready:
+            started.wait_ready()
+        yield started
+    finally:
+        started.stop()
+    if started.raised:
+        raise started.raised[0]

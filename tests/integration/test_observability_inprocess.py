@@ -19,9 +19,11 @@ from everystep.engine.execute import run_pass
 from everystep.logs import JsonFormatter
 from everystep.store.claims import claim_due
 from everystep.testing import crash_after, run_due
-from everystep.worker import Worker, loop
+from everystep.worker import loop
 from tests.acceptance.conftest import free_port, http_get
+from tests.integration.test_worker_embedded import wait_for
 from tests.testapp import workflows as wf
+from tests.workers import worker_on_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,19 +49,6 @@ def sentry_events() -> Iterator[list[dict[str, Any]]]:
     )
     yield transport.events
     sentry_sdk.init()  # an inactive client: reporting off again
-
-
-def run_embedded(worker: Worker, until: Any) -> None:
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
-        for _ in range(1200):
-            if until():
-                break
-            threading.Event().wait(0.05)
-    finally:
-        worker.stop()
-        thread.join(60)
 
 
 def test_sentry_captures_failures_only(sentry_events, monkeypatch):
@@ -89,10 +78,10 @@ def test_sentry_captures_failures_only(sentry_events, monkeypatch):
             else real(name)
         ),
     )
-    run_embedded(
-        Worker(poll=0.02, name="sentry-worker", heartbeat=0.2, orphan_timeout=0),
-        lambda: not type(crashing).objects.filter(status__in=["scheduled", "running"]).exists(),
-    )
+    with worker_on_thread(name="sentry-worker"):
+        wait_for(
+            lambda: not type(crashing).objects.filter(status__in=["scheduled", "running"]).exists()
+        )
     sentry_sdk.flush()
 
     by_run = {e["tags"]["everystep.run_id"]: e for e in sentry_events}
@@ -153,35 +142,25 @@ def test_liveness_fails_when_the_claim_loop_is_wedged(monkeypatch):
     # The idle worker's one statement per poll.
     monkeypatch.setattr(loop, "next_due", maybe_stuck)
     port = free_port()
-    worker = Worker(
-        poll=0.02,
-        name="wedgeable",
-        metrics_port=port,
-        metrics_bind="127.0.0.1",
-        liveness_timeout=0.5,
-        heartbeat=0.2,
-        orphan_timeout=0,
-    )
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
-        assert worker.ready.wait(30)
-        assert http_get(port, "/healthz")[0] == 200
-        wedged.set()
-        for _ in range(200):
-            if http_get(port, "/healthz")[0] == 503:
-                break
-            threading.Event().wait(0.05)
-        status, body = http_get(port, "/healthz")
-        assert status == 503 and json.loads(body)["ok"] is False
-        wedged.clear()
-        release.set()
-        for _ in range(200):
-            if http_get(port, "/healthz")[0] == 200:
-                break
-            threading.Event().wait(0.05)
-        assert http_get(port, "/healthz")[0] == 200
-    finally:
-        release.set()
-        worker.stop()
-        thread.join(60)
+    with worker_on_thread(
+        name="wedgeable", metrics_port=port, metrics_bind="127.0.0.1", liveness_timeout=0.5
+    ):
+        # Released before the block ends: a wedged loop would not hear the stop.
+        try:
+            assert http_get(port, "/healthz")[0] == 200
+            wedged.set()
+            for _ in range(200):
+                if http_get(port, "/healthz")[0] == 503:
+                    break
+                threading.Event().wait(0.05)
+            status, body = http_get(port, "/healthz")
+            assert status == 503 and json.loads(body)["ok"] is False
+            wedged.clear()
+            release.set()
+            for _ in range(200):
+                if http_get(port, "/healthz")[0] == 200:
+                    break
+                threading.Event().wait(0.05)
+            assert http_get(port, "/healthz")[0] == 200
+        finally:
+            release.set()

@@ -16,8 +16,9 @@ from everystep.engine.execute import run_pass
 from everystep.models import Workflow
 from everystep.store import prepared
 from everystep.store.claims import claim_due
-from tests.integration.test_worker_embedded import Embedded, wait_for
+from tests.integration.test_worker_embedded import wait_for
 from tests.testapp import workflows as wf
+from tests.workers import worker_on_thread
 
 THROUGH_POOLER = os.environ.get("EVERYSTEP_TEST_PGBOUNCER") == "1"
 
@@ -108,7 +109,7 @@ def test_a_worker_confirms_a_direct_session_and_never_a_pooled_one():
     """Directly connected, the worker's LISTEN probe confirms its alias keeps a session;
     through PgBouncer in transaction mode it must not (LISTEN goes over another alias,
     or its probe fails), so nothing is prepared where a pooler would lose it."""
-    with Embedded(pool_size=2, name="preparer"):
+    with worker_on_thread(pool_size=2, name="preparer"):
         if not THROUGH_POOLER:
             wait_for(prepared.enabled, timeout=20)
         run = schedule(wf.sequential, 2, 3)

@@ -20,9 +20,9 @@ from everystep import schedule
 from everystep.errors import NameInUse
 from everystep.models import Runner, Workflow
 from everystep.store.runners import beat, take_name
-from everystep.worker import Worker
 from tests.acceptance.conftest import wait_until
 from tests.testapp import workflows as wf
+from tests.workers import WorkerThread, worker_on_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,29 +51,6 @@ def parked(name: str) -> Workflow:
     return Workflow.objects.get(id=run.id)
 
 
-class Started:
-    """``Worker.run()`` on a thread; what it returned or raised."""
-
-    def __init__(self, **options: object) -> None:
-        self.worker = Worker(**{"poll": 0.02, "orphan_timeout": 0, **options})
-        self.returned: list[bool] = []
-        self.raised: list[BaseException] = []
-        self.thread = threading.Thread(target=self._run)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.returned.append(self.worker.run())
-        except BaseException as exc:
-            self.raised.append(exc)
-        finally:
-            connections.close_all()
-
-    def join(self) -> None:
-        self.thread.join(60)
-        assert not self.thread.is_alive(), "run() did not return"
-
-
 @pytest.fixture
 def beating() -> Iterator[threading.Event]:
     """Keeps the row of runner ``busy`` beating, as a live process does, until set."""
@@ -98,7 +75,7 @@ def test_a_name_another_process_beats_under_is_refused_before_the_catchup(beatin
     """run() raises NameInUse naming the holder's host and pid; the runs under the name
     stay with their holder and the holder's row stays its own."""
     run = parked("busy")
-    started = Started(name="busy", heartbeat=0.5)
+    started = WorkerThread(name="busy", heartbeat=0.5).start()
     started.join()
     (error,) = started.raised
     assert isinstance(error, NameInUse)
@@ -114,13 +91,11 @@ def test_a_silent_row_is_watched_then_taken_over_and_its_runs_resumed(caplog):
     name is taken over (this process's host and pid) and the runs under it resumed."""
     foreign_row("phoenix")
     run = parked("phoenix")
-    with caplog.at_level(logging.INFO, logger="everystep.worker"):
-        started = Started(name="phoenix", heartbeat=0.5)
-        try:
-            wait_until(lambda: Workflow.objects.get(id=run.id).status == "completed", 60, "the run")
-        finally:
-            started.worker.stop()
-            started.join()
+    with (
+        caplog.at_level(logging.INFO, logger="everystep.worker"),
+        worker_on_thread(name="phoenix", heartbeat=0.5, wait_ready=False) as started,
+    ):
+        wait_until(lambda: Workflow.objects.get(id=run.id).status == "completed", 60, "the run")
     assert started.raised == []
     events = [getattr(record, "event", "") for record in caplog.records]
     assert events.index("worker.name_wait") < events.index("worker.name_taken_over")
@@ -129,14 +104,9 @@ def test_a_silent_row_is_watched_then_taken_over_and_its_runs_resumed(caplog):
 
 def test_the_name_holder_is_recorded_and_a_clean_stop_frees_it():
     """The heartbeat row names this process's host and pid; a clean stop removes it."""
-    started = Started(name="plain", heartbeat=0.5)
-    try:
-        assert started.worker.ready.wait(30)
+    with worker_on_thread(name="plain", heartbeat=0.5):
         row = Runner.objects.get(name="plain")
         assert (row.host, row.pid) == (socket.gethostname(), os.getpid())
-    finally:
-        started.worker.stop()
-        started.join()
     assert not Runner.objects.filter(name="plain").exists()
 
 
@@ -144,8 +114,8 @@ def test_a_worker_whose_name_was_taken_over_drains_and_leaves_the_row(caplog):
     """Its beat finds another boot's row: it logs worker.name_taken, stops, and does not
     overwrite the row of the process that holds the name now."""
     with caplog.at_level(logging.ERROR, logger="everystep.worker"):
-        started = Started(name="displaced", heartbeat=0.2)
-        assert started.worker.ready.wait(30)
+        started = WorkerThread(name="displaced", heartbeat=0.2).start()
+        started.wait_ready()
         takeover = uuid.uuid4()
         Runner.objects.filter(name="displaced").update(
             boot_id=takeover, host="elsewhere", pid=4242, last_seen=timezone.now()
@@ -164,11 +134,10 @@ def test_a_stop_while_watching_the_name_returns_without_taking_it(caplog):
     row = foreign_row("patient")
     run = parked("patient")
     with caplog.at_level(logging.INFO, logger="everystep.worker"):
-        started = Started(name="patient", heartbeat=60)
+        started = WorkerThread(name="patient", heartbeat=60).start()
         events = lambda: [getattr(record, "event", "") for record in caplog.records]  # noqa: E731
         wait_until(lambda: "worker.name_wait" in events(), 60, "the watch")
-    started.worker.stop()
-    started.join()
+    started.stop()
     assert started.returned == [True]
     assert Runner.objects.get(name="patient").boot_id == row.boot_id
     after = Workflow.objects.get(id=run.id)

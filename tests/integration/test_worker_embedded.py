@@ -22,27 +22,10 @@ from everystep.engine.execute import run_pass
 from everystep.models import Runner, Step, Workflow
 from everystep.store import database
 from everystep.store.claims import claim_due
-from everystep.worker import Worker
 from tests.testapp import workflows as wf
+from tests.workers import WorkerThread, worker_on_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class Embedded:
-    def __init__(self, **options: object) -> None:
-        self.worker = Worker(**{"poll": 0.02, "heartbeat": 0.2, "orphan_timeout": 0, **options})
-        self.returned: list[bool] = []
-        self.thread = threading.Thread(target=lambda: self.returned.append(self.worker.run()))
-
-    def __enter__(self) -> Worker:
-        self.thread.start()
-        assert self.worker.ready.wait(30), "the worker did not start"
-        return self.worker
-
-    def __exit__(self, *exc: object) -> None:
-        self.worker.stop()
-        self.thread.join(60)
-        assert not self.thread.is_alive(), "stop() must make run() return"
 
 
 def wait_for(predicate, timeout: float = 60) -> None:
@@ -66,14 +49,13 @@ def sigterm_handler() -> Iterator[object]:
 def test_embedded_worker_runs_and_stops_cleanly(sigterm_handler):
     """run() on a thread executes runs, installs no signal handler, and returns on stop()."""
     runs = [schedule(wf.sequential, i, i) for i in range(5)]
-    embedded = Embedded(pool_size=2, name="embedded")
-    with embedded as worker:
+    with worker_on_thread(pool_size=2, name="embedded") as started:
         assert signal.getsignal(signal.SIGTERM) is sigterm_handler
         assert Runner.objects.filter(name="embedded").exists()
         wait_for(all_final)
         # A pass ends just after its outcome commits; the loop reaps it on its next tick.
-        wait_for(lambda: worker.inflight == 0)
-    assert embedded.returned == [True]
+        wait_for(lambda: started.worker.inflight == 0)
+    assert started.returned == [True]
     assert {r.status for r in Workflow.objects.filter(id__in=[r.id for r in runs])} == {"completed"}
     assert not Runner.objects.exists(), "a clean stop removes the heartbeat row"
 
@@ -99,7 +81,7 @@ def test_a_held_sqlite_write_lock_is_waited_out_not_taken_for_an_outage(write_lo
     not as the database being down, keeps its connection and claims once the lock is free."""
     caplog.set_level(logging.INFO, logger="everystep")
     run = schedule(wf.sequential, 1, 2, delay=2)
-    with Embedded(pool_size=2, name="patient"):
+    with worker_on_thread(pool_size=2, name="patient"):
         write_lock.execute("BEGIN IMMEDIATE")
         wait_for(lambda: events(caplog, "worker.lock_busy"), 30)
         time.sleep(2.5)  # a few claims more, each failing on the lock
@@ -134,10 +116,10 @@ def test_stop_is_heard_while_another_transaction_holds_a_lock_the_worker_needs()
 
     holder = threading.Thread(target=hold)
     holder.start()
-    embedded = Embedded(pool_size=2, name="stoppable")
+    embedded = WorkerThread(pool_size=2, name="stoppable")
     try:
         assert locked.wait(10)
-        embedded.thread.start()
+        embedded.start()
         time.sleep(2)  # the worker's start-up is waiting for the row
         began = time.monotonic()
         embedded.worker.stop()
@@ -146,7 +128,8 @@ def test_stop_is_heard_while_another_transaction_holds_a_lock_the_worker_needs()
     finally:
         release.set()
         holder.join(30)
-        embedded.thread.join(60)
+        if embedded.thread.ident is not None:
+            embedded.join()
     assert stopped_after < 10, f"stop() took {stopped_after:.1f}s while the lock was held"
     assert embedded.returned == [True]
     assert parked.get().claimed_by == "stoppable", "the run stays parked under its name"
@@ -157,10 +140,10 @@ def test_a_worker_back_from_a_pause_beats_before_it_claims():
     heartbeat row stale. It claimed before its heartbeat thread beat again, so another
     worker's orphan sweep took the new claims at once and their steps ran twice (found by
     bench/chaos.py on PostgreSQL under load). It now beats first."""
-    with Embedded(pool_size=2, name="sleeper", heartbeat=60) as worker:
+    with worker_on_thread(pool_size=2, name="sleeper", heartbeat=60) as started:
         # The pause as the database and the process see it once it is over.
         Runner.objects.filter(name="sleeper").update(last_seen=timezone.now() - timedelta(hours=1))
-        worker.state.beat_written = time.monotonic() - 3600
+        started.worker.state.beat_written = time.monotonic() - 3600
         before = timezone.now()
         run = schedule(wf.sequential, 1, 2)
         wait_for(lambda: Workflow.objects.get(id=run.id).status == "completed")
@@ -179,7 +162,7 @@ def test_startup_catchup_resumes_every_parked_run():
     )
     other = schedule(wf.sequential, 0, 0)
     Workflow.objects.filter(id=other.id).update(status="running", claimed_by="someone-else")
-    with Embedded(pool_size=2, name="catcher"):
+    with worker_on_thread(pool_size=2, name="catcher"):
         wait_for(lambda: Workflow.objects.filter(status="completed").count() == 10)
     assert Workflow.objects.get(id=other.id).status == "running", "other names are left alone"
 
@@ -196,7 +179,7 @@ def test_engine_crash_fails_the_run_and_the_worker_goes_on(monkeypatch):
 
     monkeypatch.setattr(execute.registry, "lookup", broken)
     healthy = schedule(wf.sequential, 2, 2)
-    with Embedded(pool_size=2, name="crashy"):
+    with worker_on_thread(pool_size=2, name="crashy"):
         wait_for(all_final)
     doomed.refresh_from_db()
     healthy.refresh_from_db()
@@ -210,7 +193,7 @@ def test_run_deleted_mid_pass_is_skipped():
     """A run whose row is deleted while it runs is abandoned; the worker goes on."""
     doomed = schedule(wf.self_destruct)
     healthy = schedule(wf.sequential, 2, 2)
-    with Embedded(pool_size=1, name="survivor"):
+    with worker_on_thread(pool_size=1, name="survivor"):
         wait_for(all_final)
     assert not Workflow.objects.filter(id=doomed.id).exists()
     assert not Step.objects.filter(workflow_id=doomed.id).exists()

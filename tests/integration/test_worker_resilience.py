@@ -23,11 +23,12 @@ from everystep.store import runners
 from everystep.store.claims import claim_due
 from everystep.store.fenced import requeue_run
 from everystep.testing import run_due
-from everystep.worker import Worker, loop
+from everystep.worker import loop
 from everystep.worker.heartbeat import Heartbeat
 from tests.acceptance.conftest import free_port, http_get
-from tests.integration.test_worker_embedded import Embedded, all_final, wait_for
+from tests.integration.test_worker_embedded import all_final, wait_for
 from tests.testapp import workflows as wf
+from tests.workers import worker_on_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,7 +63,7 @@ def test_heartbeat_survives_an_unexpected_error(monkeypatch, caplog):
         real(*args, **kwargs)
 
     caplog.set_level(logging.ERROR, logger="everystep.worker")
-    with Embedded(name="steady"):
+    with worker_on_thread(name="steady"):
         monkeypatch.setattr(runners, "beat", flaky)
         first = Runner.objects.get(name="steady").last_seen
         wait_for(lambda: failures["left"] == 0)
@@ -84,34 +85,26 @@ def test_liveness_fails_when_heartbeats_stop(monkeypatch):
 
     monkeypatch.setattr(Heartbeat, "_tick", maybe_hang)
     port = free_port()
-    worker = Worker(
-        poll=0.02,
+    with worker_on_thread(
         name="silent",
         metrics_port=port,
         metrics_bind="127.0.0.1",
         notify=False,  # the loop then ticks every poll, well within the limit
         liveness_timeout=0.5,
-        heartbeat=0.2,
-        orphan_timeout=0,
-    )
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
-        assert worker.ready.wait(30)
-        wait_for(lambda: http_get(port, "/healthz")[0] == 200)
-        hang.set()
-        wait_for(lambda: http_get(port, "/healthz")[0] == 503)
-        body = json.loads(http_get(port, "/healthz")[1])
-        assert body["last_heartbeat_age_seconds"] > body["heartbeat_limit_seconds"]
-        assert body["last_tick_age_seconds"] <= body["limit_seconds"], "the loop still ticks"
-        hang.clear()
-        release.set()
-        wait_for(lambda: http_get(port, "/healthz")[0] == 200)
-    finally:
-        release.set()
-        worker.stop()
-        thread.join(60)
-    assert not thread.is_alive()
+    ):
+        # Released before the block ends: the worker's stop joins the heartbeat thread.
+        try:
+            wait_for(lambda: http_get(port, "/healthz")[0] == 200)
+            hang.set()
+            wait_for(lambda: http_get(port, "/healthz")[0] == 503)
+            body = json.loads(http_get(port, "/healthz")[1])
+            assert body["last_heartbeat_age_seconds"] > body["heartbeat_limit_seconds"]
+            assert body["last_tick_age_seconds"] <= body["limit_seconds"], "the loop still ticks"
+            hang.clear()
+            release.set()
+            wait_for(lambda: http_get(port, "/healthz")[0] == 200)
+        finally:
+            release.set()
 
 
 def test_a_crashed_run_is_reported_like_any_outcome(monkeypatch, received):
@@ -125,7 +118,7 @@ def test_a_crashed_run_is_reported_like_any_outcome(monkeypatch, received):
         return real(name)
 
     monkeypatch.setattr(execute.registry, "lookup", broken)
-    with Embedded(name="crashy"):
+    with worker_on_thread(name="crashy"):
         wait_for(all_final)
     doomed.refresh_from_db()
     assert doomed.status == "failed"
@@ -146,7 +139,7 @@ def test_an_orphan_requeue_is_reported(received):
     Runner.objects.create(
         name="ghost", boot_id=uuid.uuid4(), pool_size=1, started_at=long_ago, last_seen=long_ago
     )
-    with Embedded(name="sweeper", orphan_timeout=1.0):
+    with worker_on_thread(name="sweeper", orphan_timeout=1.0):
         wait_for(all_final)
     run.refresh_from_db()
     assert run.status == "completed"
@@ -161,7 +154,9 @@ def test_run_returns_with_no_thread_of_its_own_left():
     threads are all gone."""
     before = set(threading.enumerate())
     runs = [schedule(wf.sequential, i, 1) for i in range(3)]
-    with Embedded(pool_size=2, name="tidy", metrics_port=free_port(), metrics_bind="127.0.0.1"):
+    with worker_on_thread(
+        pool_size=2, name="tidy", metrics_port=free_port(), metrics_bind="127.0.0.1"
+    ):
         wait_for(all_final)
     assert all(Workflow.objects.get(id=r.id).status == "completed" for r in runs)
     left = [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
@@ -324,7 +319,7 @@ def test_a_claim_whose_reply_was_lost_is_taken_back(monkeypatch, caplog):
 
     monkeypatch.setattr(loop, "claim_due", reply_lost)
     caplog.set_level(logging.WARNING, logger="everystep.worker")
-    with Embedded(name="unlucky"):
+    with worker_on_thread(name="unlucky"):
         wait_for(all_final, 30)
     assert [held.run_id for held in lost] == [run.id], "the claim took the run, then failed"
     run.refresh_from_db()
