@@ -17,7 +17,7 @@ and N/10 of another workflow are inserted (``bulk_create``, 10,000 a statement),
 Memory that stays flat from 10,000 to 100,000 runs is the point: a batch's ids are the
 only list, and each batch is one short transaction. Checks that every matching run was
 cancelled and none of the others. Prints one JSON line and appends it (``"kind":
-"bulk_cancel"``) to ``bench/results.jsonl``.
+"bulk_cancel"``) to ``bench/results/bulk_cancel.jsonl``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,11 @@ import time
 import tracemalloc
 from typing import Any
 
-import harness
+from harness import options
+from harness.cpu import process_rss_mb
+from harness.results import print_header
+from harness.runs import clear_runs
+from harness.session import Session, run_benchmark
 
 MATCHING = "bench.sleeping"
 OTHER = "bench.other"
@@ -40,7 +44,7 @@ INSERT_BATCH = 10_000
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    harness.add_common_arguments(parser)
+    options.add_common_arguments(parser)
     parser.add_argument(
         "--runs", type=int, nargs="+", default=[10_000, 100_000], help="sizes (10000 100000)"
     )
@@ -93,7 +97,7 @@ def fresh(runs: int) -> float:
     """Empty tables, then ``runs`` (and the others) inserted; seconds the insert took."""
     from everystep.models import AuditEntry
 
-    harness.clear_runs()
+    clear_runs()
     AuditEntry.objects.all().delete()
     began = time.perf_counter()
     insert(runs)
@@ -109,11 +113,11 @@ def one_size(runs: int, batch_size: int) -> dict[str, Any]:
     matched = bulk.count(bulk.RunFilter(workflow=MATCHING, status="scheduled"), "cancel")
     count_s = time.perf_counter() - began
     gc.collect()
-    rss_before = harness.process_rss_mb(os.getpid())
+    rss_before = process_rss_mb(os.getpid())
     began = time.perf_counter()
     cancelled = cancel(batch_size)
     wall_s = time.perf_counter() - began
-    rss_after = harness.process_rss_mb(os.getpid())
+    rss_after = process_rss_mb(os.getpid())
     after = statuses()
     if matched != runs or cancelled != runs or after[OTHER] != {"scheduled": runs // 10}:
         raise SystemExit(
@@ -137,7 +141,7 @@ def one_size(runs: int, batch_size: int) -> dict[str, Any]:
     }
 
 
-def benchmark(args: argparse.Namespace, run: harness.Session) -> dict[str, Any]:
+def benchmark(args: argparse.Namespace, run: Session) -> dict[str, Any]:
     sizes = []
     for runs in args.runs:
         measured = one_size(runs, args.batch_size)
@@ -147,7 +151,7 @@ def benchmark(args: argparse.Namespace, run: harness.Session) -> dict[str, Any]:
 
 
 def report(record: dict[str, Any]) -> None:
-    harness.print_header(record)
+    print_header(record)
     print(f"bulk cancel by filter, --batch-size {record['args']['batch_size']}")
     form = "  {:>8}{:>10}{:>10}{:>10}{:>20}{:>20}"
     print(
@@ -164,7 +168,7 @@ def report(record: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    return harness.run_benchmark("bulk_cancel", args, lambda run: benchmark(args, run), report)
+    return run_benchmark("bulk_cancel", args, lambda run: benchmark(args, run), report)
 
 
 if __name__ == "__main__":

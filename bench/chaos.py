@@ -20,7 +20,7 @@ own is started again after two seconds and counted apart. The disturbances
 stop once every run has been claimed at least once; then every run must become terminal
 within ``--drain-timeout`` seconds. Blocked runs are checked, settled with their known
 charge, and must then complete. Prints the figures, appends one JSON line (``"kind":
-"chaos"``) to ``bench/results.jsonl``, and exits 1 if an invariant does not hold.
+"chaos"``) to ``bench/results/chaos.jsonl``, and exits 1 if an invariant does not hold.
 """
 
 from __future__ import annotations
@@ -35,8 +35,12 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-import harness
 from chaos_fleet import Chaos, guarded
+from harness import options
+from harness.cpu import machine_busy_seconds
+from harness.results import append_result, print_header, result_record
+from harness.server import server_started
+from harness.session import Session, session
 
 TICK = 0.25
 PROGRESS_EVERY = 10.0
@@ -135,7 +139,7 @@ def print_progress(fleet: Chaos, done: int) -> None:
 def cpu_seconds() -> tuple[float, float]:
     """(the machine's busy CPU seconds, this process's and its waited-for children's)."""
     ours = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return harness.machine_busy_seconds(), sum(u.ru_utime + u.ru_stime for u in ours)
+    return machine_busy_seconds(), sum(u.ru_utime + u.ru_stime for u in ours)
 
 
 def cpu_delta(before: tuple[float, float], wall: float) -> dict[str, float]:
@@ -175,17 +179,17 @@ def foreign_restart(expected: float | None) -> bool:
     """Whether the server started at another time than after the harness's last restart
     (another session on the machine restarted it: its re-executions are not ours).
     MariaDB reports its start to within 10 s only."""
-    now = harness.server_started()
+    now = server_started()
     return expected is not None and now is not None and abs(now - expected) > 15
 
 
-def benchmark(args: argparse.Namespace, session: harness.Session) -> dict[str, Any]:
+def benchmark(args: argparse.Namespace, run: Session) -> dict[str, Any]:
     from tests.testapp import chaos, chaos_checks
 
     chaos.schedule_mix(args.runs, args.pause)
     cpu_before = cpu_seconds()
-    fleet = Chaos(args, session.workers, random.Random(args.seed))
-    fleet.server_started = harness.server_started()
+    fleet = Chaos(args, run.workers, random.Random(args.seed))
+    fleet.server_started = server_started()
     fleet.start_fleet()
     calm_at = disturb_until_all_claimed(fleet)
     drained = wait_terminal(args.runs, args.drain_timeout, chaos.terminal_count)
@@ -217,7 +221,7 @@ def benchmark(args: argparse.Namespace, session: harness.Session) -> dict[str, A
 
 
 def report(record: dict[str, Any]) -> None:
-    harness.print_header(record)
+    print_header(record)
     a, f, s = record["args"], record["figures"], record["after_settling"]
     kinds = Counter(entry["kind"] for entry in record["events"])
     outage_kills = sum(1 for e in record["events"] if e.get("during_outage"))
@@ -272,7 +276,7 @@ def report(record: dict[str, Any]) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    harness.add_common_arguments(parser)
+    options.add_common_arguments(parser)
     add = parser.add_argument
     add("--runs", type=int, default=10_000, help="runs of the chaos mix (10000)")
     add("--workers", type=int, default=3, help="worker processes (3)")
@@ -298,12 +302,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    with harness.session(args, "everystep-chaos-") as current:
+    with session(args, "everystep-chaos-") as current:
         parts = benchmark(args, current)
-        record = harness.result_record("chaos", args, current, **parts)
+        problems = current.workers.problems()
+        record = result_record("chaos", args, current.info, problems, **parts)
     record["worker_problems"] = problem_summary(record["worker_problems"])
     report(record)
-    harness.append_result(record)
+    append_result(record, args.results)
     return 1 if record["problems"] else 0
 
 

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import harness
+from harness.server import server_started
+from harness.workers import WorkerProcess, Workers
 
 RESTART_DELAY = 2.0  # seconds before a worker that exited on its own is started again
 
@@ -57,7 +58,7 @@ class Slot:
     """One of the fleet's workers, through its restarts."""
 
     name: str
-    proc: harness.WorkerProcess | None = None
+    proc: WorkerProcess | None = None
     stopped_at: float | None = None  # SIGSTOP sent (seconds since the epoch)
     stop_held: frozenset[str] = frozenset()
     restart_at: float | None = None  # it exited on its own: start it again then
@@ -72,7 +73,7 @@ class Chaos:
     """The fleet and everything done to it."""
 
     args: argparse.Namespace
-    workers: harness.Workers
+    workers: Workers
     rng: random.Random
     slots: list[Slot] = field(default_factory=list)
     events: list[Any] = field(default_factory=list)  # chaos.Interruption
@@ -204,7 +205,7 @@ class Chaos:
         event = chaos.restart_server(database_server, kill_one)
         self.outage = False
         self.events.append(event)
-        self.server_started = harness.server_started()
+        self.server_started = server_started()
         self.note("db-restart", down_s=round(event.end - event.start, 2), held=len(claims))
         return True
 

@@ -18,7 +18,7 @@ clock starts (start-up is not measured), stopped after:
   counted across worker processes; the rest comes from the rows (the children's
   ``parent``, their first start and last end, the parent's records);
 - **independent**: N runs of ``bench_three`` scheduled in one transaction
-  (``harness.schedule_runs``), timed from just before the schedule to the last
+  (``harness.runs.schedule_runs``), timed from just before the schedule to the last
   ``completed_at``.
 
 Rounds alternate the phase order. Per phase: schedule → done, runs/s (runs completed /
@@ -27,7 +27,7 @@ workers' and the database server's CPU per child run; for the fan-out, the passe
 long the first pass took to start the N children, and the time from the last child's
 end to the parent's (its wake-up and its last pass, which replays N start records).
 The summary gives medians and the ratio fan-out / independent. Appends one JSON line
-(``"kind": "fanout"``) to ``bench/results.jsonl``.
+to ``bench/results/fanout.jsonl``.
 
 A parent still waiting ``STALL_S`` seconds after every child ended, with no due time and
 no ``RunWait`` row (nothing left that could wake it), is a lost wake-up, not a slow
@@ -46,8 +46,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import compare
-import harness
+from harness import options, runs, server
+from harness.cpu import CpuMeter, wait_quiet
+from harness.results import print_header, print_problems
+from harness.session import Session, run_benchmark
+from harness.workers import Workers
 
 FANOUT, INDEPENDENT = "fan-out", "independent"
 WAIT_EVERY = 0.05  # how often the benchmark looks at the rows while a phase runs
@@ -64,13 +67,13 @@ class ParentStalled(Exception):
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    harness.add_common_arguments(parser)
+    options.add_common_arguments(parser)
     parser.add_argument("--children", type=int, default=1000, help="child runs (1000)")
     parser.add_argument("--workers", type=int, default=3, help="worker processes (3)")
     parser.add_argument("--pool", type=int, default=8, help="worker --pool (8)")
     parser.add_argument("--poll", type=float, default=0.05, help="worker --poll (0.05)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds (1)")
-    harness.add_worker_phase_arguments(parser)
+    options.add_worker_phase_arguments(parser)
     args = parser.parse_args(argv)
     if min(args.children, args.workers, args.pool, args.repeat) < 1:
         parser.error("--children, --workers, --pool and --repeat must be at least 1")
@@ -86,18 +89,6 @@ def seconds(later: datetime | None, earlier: datetime | float | None) -> float |
         return None
     start = earlier if isinstance(earlier, float) else earlier.timestamp()
     return round(later.timestamp() - start, 3)
-
-
-def start_fleet(
-    args: argparse.Namespace, workers: harness.Workers, name: str
-) -> list[harness.WorkerProcess]:
-    fleet = [
-        workers.start(f"{name}-w{number}", "--pool", str(args.pool), "--poll", str(args.poll))
-        for number in range(1, args.workers + 1)
-    ]
-    for worker in fleet:
-        worker.wait_ready()
-    return fleet
 
 
 def stalled(parent_id: uuid.UUID, children: int) -> str | None:
@@ -118,7 +109,7 @@ def stalled(parent_id: uuid.UUID, children: int) -> str | None:
 
 
 def phase(
-    args: argparse.Namespace, workers: harness.Workers, scratch: Path, what: str, name: str
+    args: argparse.Namespace, workers: Workers, scratch: Path, what: str, name: str
 ) -> dict[str, Any]:
     """One phase (``FANOUT`` or ``INDEPENDENT``) on fresh workers; its figures."""
     from django.db import transaction
@@ -129,12 +120,12 @@ def phase(
     import everystep
     from everystep.models import FINAL_STATUSES, Status, Step, Workflow
 
-    compare.tidy_tables(args.db)
-    quiet = harness.wait_quiet(args.wait_quiet)
-    fleet = start_fleet(args, workers, name)
+    runs.tidy_tables(args.db)
+    quiet = wait_quiet(args.wait_quiet)
+    flags = ("--pool", str(args.pool), "--poll", str(args.poll))
+    fleet = workers.start_fleet(name, args.workers, *flags)
     passes_file = scratch / f"{name}-{uuid.uuid4().hex[:8]}.passes"
-    split_before = compare.fleet_cpu_split(fleet)
-    meter = harness.CpuMeter(args.db)
+    meter = CpuMeter(args.db, [worker.pid for worker in fleet])
     meter.begin()
 
     parent_id: uuid.UUID | None = None
@@ -162,27 +153,24 @@ def phase(
         with transaction.atomic():
             parent_id = everystep.schedule(bench_fanout, args.children, str(passes_file)).pk
         ended = Workflow.objects.filter(id=parent_id, status__in=FINAL_STATUSES)
-        harness.wait_for(ended.exists, timeout, WAIT_EVERY, alive)
-        runs = Workflow.objects.filter(parent_id=parent_id)
+        runs.wait_for(ended.exists, timeout, WAIT_EVERY, alive)
+        measured = Workflow.objects.filter(parent_id=parent_id)
     else:
-        since = harness.id_floor(scheduled)
-        harness.schedule_runs(bench_three, args.children)
-        harness.wait_for(lambda: harness.pending_runs() == 0, timeout, WAIT_EVERY, alive)
-        runs = Workflow.objects.filter(id__gte=since)
+        since = runs.id_floor(scheduled)
+        runs.schedule_runs(bench_three, args.children)
+        runs.wait_for(lambda: runs.pending_runs() == 0, timeout, WAIT_EVERY, alive)
+        measured = Workflow.objects.filter(id__gte=since)
     observed = round(time.time() - scheduled, 3)
-    split_now = compare.fleet_cpu_split(fleet)
-    worker_cpu = split_now[0] - split_before[0] + split_now[1] - split_before[1]
     cpu = meter.end()
-    cpu["worker_s"] = round(worker_cpu, 3)
-    cpu["other_s"] = round(cpu["other_s"] - worker_cpu, 2)
+    worker_cpu = cpu["worker_s"]
     exit_codes = [worker.terminate() for worker in fleet]
 
-    span = runs.aggregate(
+    span = measured.aggregate(
         last_created=Max("created_at"),  # the last child written: the starts' end
         first_started=Min("started_at"),
         last_completed=Max("completed_at"),
     )
-    statuses = dict(runs.order_by().values_list("status").annotate(n=Count("id")))
+    statuses = dict(measured.order_by().values_list("status").annotate(n=Count("id")))
     completed = statuses.get(Status.COMPLETED, 0)
     result: dict[str, Any] = {
         "phase": what,
@@ -190,7 +178,7 @@ def phase(
         "workers": args.workers,
         "runs_completed": completed,
         "statuses": statuses,
-        "steps": Step.objects.filter(workflow__in=runs).count(),
+        "steps": Step.objects.filter(workflow__in=measured).count(),
         "children_span_s": seconds(span["last_completed"], span["first_started"]),
         "observed_s": observed,  # by the benchmark's polling, to within WAIT_EVERY
         "worker_cpu_ms_per_run": round(1000 * worker_cpu / max(completed, 1), 3),
@@ -202,31 +190,44 @@ def phase(
     if what == INDEPENDENT:
         result["to_done_s"] = seconds(span["last_completed"], scheduled)
     else:
-        parent = Workflow.objects.get(id=parent_id)
-        lines = passes_file.read_text().splitlines() if passes_file.exists() else []
-        pass_times = [float(line.split()[0]) for line in lines]
-        expected = args.children * args.children + 2 * args.children
-        if parent.status != Status.COMPLETED or parent.result != expected:
-            raise RuntimeError(
-                f"the parent ended {parent.status} with result {parent.result!r} "
-                f"(expected {expected}), error {parent.error!r}"
-            )
-        result.update(
-            {
-                "to_done_s": seconds(parent.completed_at, scheduled),
-                "passes": len(lines),
-                "pass_at_s": [round(t - scheduled, 3) for t in pass_times],
-                "pass_workers": sorted({line.split()[1] for line in lines}),
-                "parent_records": Step.objects.filter(workflow_id=parent_id).count(),
-                "parent_recoveries": parent.recoveries,
-                # The first pass: from the parent's claim to the last child's insert.
-                "starting_s": seconds(span["last_created"], parent.started_at),
-                # The wake-up and the last pass (which replays the N start records).
-                "last_child_to_parent_s": seconds(parent.completed_at, span["last_completed"]),
-            }
-        )
+        assert parent_id is not None
+        result.update(parent_figures(args, parent_id, passes_file, span, scheduled))
     result["runs_per_s"] = round(completed / result["to_done_s"], 1) if completed else 0.0
     return result
+
+
+def parent_figures(
+    args: argparse.Namespace,
+    parent_id: uuid.UUID,
+    passes_file: Path,
+    span: dict[str, Any],
+    scheduled: float,
+) -> dict[str, Any]:
+    """The fan-out's own figures: the parent's passes and records, how long its first
+    pass took to start the children, and its wake-up after the last child ended."""
+    from everystep.models import Status, Step, Workflow
+
+    parent = Workflow.objects.get(id=parent_id)
+    lines = passes_file.read_text().splitlines() if passes_file.exists() else []
+    pass_times = [float(line.split()[0]) for line in lines]
+    expected = args.children * args.children + 2 * args.children
+    if parent.status != Status.COMPLETED or parent.result != expected:
+        raise RuntimeError(
+            f"the parent ended {parent.status} with result {parent.result!r} "
+            f"(expected {expected}), error {parent.error!r}"
+        )
+    return {
+        "to_done_s": seconds(parent.completed_at, scheduled),
+        "passes": len(lines),
+        "pass_at_s": [round(t - scheduled, 3) for t in pass_times],
+        "pass_workers": sorted({line.split()[1] for line in lines}),
+        "parent_records": Step.objects.filter(workflow_id=parent_id).count(),
+        "parent_recoveries": parent.recoveries,
+        # The first pass: from the parent's claim to the last child's insert.
+        "starting_s": seconds(span["last_created"], parent.started_at),
+        # The wake-up and the last pass (which replays the N start records).
+        "last_child_to_parent_s": seconds(parent.completed_at, span["last_completed"]),
+    }
 
 
 def print_phase(round_no: int, p: dict[str, Any]) -> None:
@@ -288,13 +289,13 @@ def summarise(phases: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def benchmark(args: argparse.Namespace, run: harness.Session) -> dict[str, Any]:
+def benchmark(args: argparse.Namespace, run: Session) -> dict[str, Any]:
     phases: list[dict[str, Any]] = []
     for index in range(args.repeat):
         order = [FANOUT, INDEPENDENT] if index % 2 == 0 else [INDEPENDENT, FANOUT]
         for what in order:
             name = f"fanout-{index + 1}-{'parent' if what == FANOUT else 'indep'}"
-            measured = harness.attempts(
+            measured = server.attempts(
                 name,
                 lambda what=what, name=name: phase(args, run.workers, run.scratch, what, name),
                 run.workers.kill_all,
@@ -306,7 +307,7 @@ def benchmark(args: argparse.Namespace, run: harness.Session) -> dict[str, Any]:
 
 def print_summary(record: dict[str, Any]) -> None:
     args, s = record["args"], record["summary"]
-    harness.print_header(record)
+    print_header(record)
     n = args["children"]
     print(
         f"{n} runs of bench_three (3 steps): children of one parent (start + gather) vs "
@@ -334,15 +335,13 @@ def print_summary(record: dict[str, Any]) -> None:
         f"children in {fan['starting_s']}s; last child -> parent done "
         f"{fan['last_child_to_parent_s']}s"
     )
-    harness.print_problems(record)
+    print_problems(record)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        return harness.run_benchmark(
-            "fanout", args, lambda run: benchmark(args, run), print_summary
-        )
+        return run_benchmark("fanout", args, lambda run: benchmark(args, run), print_summary)
     except ParentStalled as exc:
         print(f"fanout.py: {exc}", file=sys.stderr)
         return 2

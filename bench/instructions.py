@@ -4,7 +4,7 @@ On a shared 2-CPU machine the same tree measured 312-406 runs/s from one invocat
 ``compare.py`` to the next, and even its CPU seconds per run by up to 30 %: a change worth 5 %
 cannot be seen. The number of machine instructions the client executes per run does not
 vary (0.3 % between invocations): this script counts them with callgrind, for everystep's
-pass and for the raw-SQL limit's client (``raw_limit.py``) on the same database::
+pass and for the raw-SQL limit's client (``harness/raw_limit.py``) on the same database::
 
     .venv/bin/python bench/instructions.py --db postgres|mariadb|sqlite [--runs 200]
         [--batch 2] [--source PATH] [--label NAME]
@@ -15,7 +15,7 @@ up (imports, prepared statements, caches), then ``--runs`` runs are scheduled an
 from the first claim to the last outcome, with instrumentation switched on around that
 span only (``callgrind_control -i on/off``). One thread, in-process:
 
-- **everystep**: ``store.claim_due(batch)`` and ``engine.execute.run_pass`` for each run
+- **everystep**: ``store.claims.claim_due(batch)`` and ``engine.execute.run_pass`` for each run
   claimed, as a worker's loop and pool threads do, with the worker's logging (INFO, to
   a null handler) and metrics, and statements prepared on PostgreSQL (as a worker does on
   a direct connection);
@@ -23,8 +23,9 @@ span only (``callgrind_control -i on/off``). One thread, in-process:
 
 What it does not count: the worker's thread pool and claim loop (thread hand-offs,
 futures), the database server, and time spent waiting. It is the cost of the code path,
-not a throughput; ``compare.py`` gives that. Appends one line (kind ``instructions``)
-to ``bench/results.jsonl``.
+not a throughput; ``compare.py`` gives that. Appends one line to
+``bench/results/instructions.jsonl``. ``--source`` works for any tree that has
+``everystep/store/claims.py`` (the tree at 07d4a10 and later).
 """
 
 from __future__ import annotations
@@ -40,14 +41,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import harness
+from harness import options, runs
+from harness.results import append_result, source_info
+from harness.session import session
 
 WARM_RUNS = 300
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    harness.add_common_arguments(parser)
+    options.add_common_arguments(parser)
     parser.add_argument("--runs", type=int, default=200, help="runs counted per phase (200)")
     parser.add_argument("--batch", type=int, default=2, help="runs per claim (2)")
     parser.add_argument("--inner", choices=["everystep", "raw"], help=argparse.SUPPRESS)
@@ -84,7 +87,7 @@ def main(argv: list[str]) -> int:
     )
     print(f"  everystep {mine['per_run'] / 1e6:8.3f} M")
     print(f"  raw limit {raw['per_run'] / 1e6:8.3f} M   everystep / raw {record['ratio_to_raw']}")
-    harness.append_result(record)
+    append_result(record, args.results)
     return 0
 
 
@@ -122,7 +125,7 @@ def total_instructions(out: Path) -> int:
 
 def inner(args: argparse.Namespace) -> int:
     """Under callgrind: warm up, then count ``args.runs`` runs of ``args.inner``."""
-    with harness.session(args, f"everystep-instructions-{args.inner}-") as current:
+    with session(args, f"everystep-instructions-{args.inner}-") as current:
         from django.conf import settings
         from everystep_bench.workflows import bench_three
 
@@ -132,18 +135,18 @@ def inner(args: argparse.Namespace) -> int:
         quiet.setLevel(logging.INFO)
         quiet.propagate = False
         execute = execute_raw if args.inner == "raw" else execute_everystep
-        harness.schedule_runs(bench_three, WARM_RUNS)
+        runs.schedule_runs(bench_three, WARM_RUNS)
         execute(args.batch)
-        harness.clear_runs()
-        harness.schedule_runs(bench_three, args.runs)
+        runs.clear_runs()
+        runs.schedule_runs(bench_three, args.runs)
         instrument("on")
-        runs = execute(args.batch)
+        executed = execute(args.batch)
         instrument("off")
-        if runs != args.runs:
-            raise SystemExit(f"{runs} runs executed, {args.runs} scheduled")
+        if executed != args.runs:
+            raise SystemExit(f"{executed} runs executed, {args.runs} scheduled")
         report = {
-            "runs": runs,
-            "source": harness.source_info(args.source),
+            "runs": executed,
+            "source": source_info(args.source),
             "machine": current.info,
         }
         args.report.write_text(json.dumps(report), encoding="utf-8")
@@ -159,21 +162,21 @@ def instrument(state: str) -> None:
 
 
 def execute_everystep(batch: int) -> int:
-    from everystep import store
     from everystep.engine.execute import run_pass
+    from everystep.store.claims import claim_due
 
-    runs = 0
-    while claimed := store.claim_due("instructions", batch):
+    executed = 0
+    while claimed := claim_due("instructions", batch):
         for held in claimed:
             outcome = run_pass(held)
             if outcome.status != "completed":
                 raise SystemExit(f"run {held.run_id}: {outcome}")
-            runs += 1
-    return runs
+            executed += 1
+    return executed
 
 
 def execute_raw(batch: int) -> int:
-    from raw_limit import run_raw_limit
+    from harness.raw_limit import run_raw_limit
 
     return run_raw_limit(1, batch).runs
 

@@ -1,68 +1,37 @@
 """Benchmark everystep workers against a real database: pickup latency and throughput.
 
     .venv/bin/python bench/run.py --db postgres|mariadb|sqlite [--runs 1000] [--workers 2]
-                                  [--pool 8] [--samples 30] [--keep-logs]
+        [--pool 8] [--samples 30] [--only pickup|throughput] [--source PATH] [--label NAME]
 
 Creates its own database (``everystep_test_bench…``) from ``tests/settings.py``, starts
 real ``manage.py everystep_worker`` subprocesses against it, prints a results table,
-appends one JSON line to ``bench/results.jsonl`` and drops the database at the end. The
-numbers are measurements of this machine at this moment, not targets any test asserts.
+appends one JSON line to ``bench/results/run.jsonl`` and drops the database at the end.
+The numbers are measurements of this machine at this moment, not targets any test asserts.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import os
 import random
 import resource
-import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import harness
-from harness import WorkerProcess, Workers, append_result, drop_database, machine_info
+from harness import options
+from harness.cpu import machine_busy_seconds
+from harness.results import print_header, print_problems
+from harness.runs import clear_runs, percentile, wait_for
+from harness.session import Session, run_benchmark
+from harness.workers import WorkerProcess, Workers
 
-ROOT = Path(__file__).resolve().parents[1]
 STEPS_PER_RUN = 4  # tests.testapp.workflows.sequential: add, double, pair, peek
 PICKUP_POLL = 1.0
 THROUGHPUT_POLL = 0.05
 PHASE_TIMEOUT = 600.0
 
 
-# -- database ------------------------------------------------------------------------
-
-
-def clear_runs() -> None:
-    from everystep.models import Step, Workflow
-
-    Step.objects.all().delete()
-    Workflow.objects.all().delete()
-
-
 # -- measurements --------------------------------------------------------------------
-
-
-def percentile(values: list[float], p: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
-
-
-def wait_for(
-    predicate: Callable[[], bool], workers: list[WorkerProcess], timeout: float, every: float
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        for worker in workers:
-            worker.check_alive()
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"gave up after {timeout:.0f}s")
-        time.sleep(every)
 
 
 def one_pickup(worker: WorkerProcess) -> tuple[float, float, float]:
@@ -80,7 +49,7 @@ def one_pickup(worker: WorkerProcess) -> tuple[float, float, float]:
         run = schedule(sequential, 1, 2)
     committed = timezone.now()
     done = Workflow.objects.filter(id=run.id, status=Status.COMPLETED)
-    wait_for(done.exists, [worker], timeout=30, every=0.01)
+    wait_for(done.exists, 30, 0.01, worker.check_alive)
     run.refresh_from_db()
     first = Step.objects.filter(workflow_id=run.id).order_by("started_at").first()
     assert first is not None and run.started_at is not None
@@ -133,13 +102,7 @@ def cpu_seconds() -> tuple[float, float]:
     waited-for children). Their difference over a phase is the database server plus
     anything else running on the machine: a disturbance indicator."""
     ours = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    own = sum(usage.ru_utime + usage.ru_stime for usage in ours)
-    try:
-        ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:9]]
-    except OSError:
-        return math.nan, own
-    busy = sum(ticks) - ticks[3] - ticks[4]  # all but idle and iowait
-    return busy / os.sysconf("SC_CLK_TCK"), own
+    return machine_busy_seconds(), sum(usage.ru_utime + usage.ru_stime for usage in ours)
 
 
 def measure_throughput(workers: Workers, runs: int, count: int, pool: int) -> dict[str, Any]:
@@ -158,7 +121,12 @@ def measure_throughput(workers: Workers, runs: int, count: int, pool: int) -> di
         for i in range(count)
     ]
     pending = Workflow.objects.filter(status__in=[Status.SCHEDULED, Status.RUNNING])
-    wait_for(lambda: not pending.exists(), started, timeout=PHASE_TIMEOUT, every=0.25)
+
+    def alive() -> None:
+        for worker in started:
+            worker.check_alive()
+
+    wait_for(lambda: not pending.exists(), PHASE_TIMEOUT, 0.25, alive)
     span = Workflow.objects.aggregate(first=Min("started_at"), last=Max("completed_at"))
     exit_codes = [worker.terminate() for worker in started]
     machine_after, own_after = cpu_seconds()
@@ -197,51 +165,22 @@ def finished_counts() -> dict[str, Any]:
 
 
 def print_table(record: dict[str, Any]) -> None:
-    info = record["machine"]
-    print(
-        f"\neverystep bench: {info['db_version']}, {info['nproc']} CPUs, Python "
-        f"{info['python']}, load {info['loadavg_start']} -> {info['loadavg_end']}"
-    )
+    print_header(record)
     print(
         f"\npickup latency: idle worker, poll {PICKUP_POLL:g}s, first step start - commit of "
         "the scheduling transaction (last column: from created_at, before the INSERT)"
     )
-    head = (
-        "mode",
-        "samples",
-        "p50 ms",
-        "p90 ms",
-        "p99 ms",
-        "max ms",
-        "claim p50",
-        "exit",
-        "created",
-    )
-    print("  {:<10}{:>8}{:>9}{:>9}{:>9}{:>9}{:>11}{:>6}{:>9}".format(*head))
+    head = ("mode", "samples", "p50 ms", "p90 ms", "p99 ms", "max ms", "claim p50", "exit")
+    form = "  {:<10}{:>8}{:>9}{:>9}{:>9}{:>9}{:>11}{:>6}{:>9}"
+    print(form.format(*head, "created"))
+    keys = ("mode", "samples", "p50_ms", "p90_ms", "p99_ms", "max_ms", "claim_p50_ms")
     for row in record["pickup"]:
-        cells = (
-            "mode",
-            "samples",
-            "p50_ms",
-            "p90_ms",
-            "p99_ms",
-            "max_ms",
-            "claim_p50_ms",
-            "exit_code",
-            "from_created_p50_ms",
-        )
-        print(
-            "  {:<10}{:>8}{:>9}{:>9}{:>9}{:>9}{:>11}{:>6}{:>9}".format(
-                *(str(row[c]) for c in cells)
-            )
-        )
-    t = record["throughput"]
-    if t is not None:
-        _print_throughput(t)
-    problems = record["worker_problems"]
-    print(f"\nworker log lines at WARNING or above: {len(problems)}")
-    for line in problems[:10]:
-        print(f"  {line}")
+        cells = [row[key] for key in (*keys, "exit_code", "from_created_p50_ms")]
+        print(form.format(*map(str, cells)))
+    if record["throughput"] is not None:
+        _print_throughput(record["throughput"])
+    print()
+    print_problems(record)
 
 
 def _print_throughput(t: dict[str, Any]) -> None:
@@ -266,7 +205,7 @@ def _print_throughput(t: dict[str, Any]) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", choices=["postgres", "mariadb", "sqlite"], required=True)
+    options.add_common_arguments(parser)
     parser.add_argument("--runs", type=int, default=1000, help="throughput runs (1000)")
     parser.add_argument("--workers", type=int, default=2, help="throughput workers (2)")
     parser.add_argument("--pool", type=int, default=8, help="pool per throughput worker (8)")
@@ -281,57 +220,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def benchmark(args: argparse.Namespace, workers: Workers) -> dict[str, Any]:
-    from django.db import connection
-
-    info = machine_info()
+def benchmark(args: argparse.Namespace, run: Session) -> dict[str, Any]:
     modes = [("notify", ()), ("polling", ("--no-notify",))]
-    if connection.vendor != "postgresql":
+    if args.db != "postgres":
         modes = [("polling", ())]
     pickup, throughput = [], None
     if args.only != "throughput":
-        pickup = [measure_pickup(workers, label, args.samples, *flags) for label, flags in modes]
+        pickup = [
+            measure_pickup(run.workers, label, args.samples, *flags) for label, flags in modes
+        ]
     if args.only != "pickup":
-        throughput = measure_throughput(workers, args.runs, args.workers, args.pool)
-    info["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    return {
-        "db": args.db,
-        "args": {k: v for k, v in vars(args).items() if k != "keep_logs"},
-        "machine": info,
-        "pickup": pickup,
-        "throughput": throughput,
-        "worker_problems": workers.problems(),
-    }
+        throughput = measure_throughput(run.workers, args.runs, args.workers, args.pool)
+    return {"pickup": pickup, "throughput": throughput}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    harness.install_interrupts()  # the ``finally`` kills the workers, drops the database
-    scratch = Path(tempfile.mkdtemp(prefix="everystep-bench-"))
-    harness.configure(args.db, ROOT, scratch)
-
-    import django
-
-    django.setup()
-    from django.db import connection
-
-    workers = Workers(ROOT, scratch)
-    original_name = connection.settings_dict["NAME"]
-    record: dict[str, Any] | None = None
-    try:
-        connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
-        record = benchmark(args, workers)
-    finally:
-        # Workers hold connections: PostgreSQL refuses to drop a database in use.
-        workers.kill_all()
-        drop_database(original_name)
-        if args.keep_logs or record is None:
-            print(f"worker logs kept in {scratch}", file=sys.stderr)
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
-    append_result(record)
-    print_table(record)
-    return 0
+    return run_benchmark("run", args, lambda run: benchmark(args, run), print_table)
 
 
 if __name__ == "__main__":

@@ -6,13 +6,14 @@ it stops scaling.
         [--idle-seconds 10] [--source PATH] [--label NAME]
 
 On a fresh database of its own (``everystep_test_bench_…``, dropped at the end), for
-each ``--workers`` value N, ``compare.py``'s phases (each waiting for a quiet machine):
+each ``--workers`` value N, the phases of ``compare.py`` (``harness/phases.py``; each
+waiting for a quiet machine):
 
 - **raw limit** on N x ``--pool`` threads (the same total concurrency), unless
   ``--skip-raw``; always straight to the database;
 - **everystep**: N ``manage.py everystep_worker --pool 8 --poll 0.05`` processes (names
   of their own), started and idle, then ``--runs`` runs of ``bench_three`` scheduled in
-  one transaction; throughput from the rows. Meanwhile ``contention.py`` records lock
+  one transaction; throughput from the rows. Meanwhile ``scaling_contention.py`` records lock
   waits (PostgreSQL: sampled; MariaDB: InnoDB's row-lock counters) and, through
   PgBouncer, clients waiting for a server connection;
 - **idle**: N workers with the default poll interval, started and left idle for
@@ -27,8 +28,8 @@ database CPU then includes PgBouncer's.
 it prints runs/s (everystep and raw, medians), the workers' CPU per run (all workers
 together), the database server's CPU per run, the CPUs in use over the phase (busy CPU
 seconds / wall seconds: the whole machine, the workers, the database server), the waits
-per run and the idle statements/s. Appends one JSON line (``"kind": "scaling"``) to
-``bench/results.jsonl``.
+per run and the idle statements/s. Appends one JSON line to
+``bench/results/scaling.jsonl``.
 """
 
 from __future__ import annotations
@@ -40,17 +41,20 @@ import statistics
 import sys
 from typing import Any
 
-import compare
-import contention
-import harness
+import scaling_contention as contention
+from harness import cpu, options, server
+from harness.phases import everystep_phase, print_phase, raw_phase
+from harness.results import print_header, print_problems
+from harness.session import Session, run_benchmark
+from harness.workers import Workers
 
 POOLED_SETTINGS = "everystep_bench.pooled_settings"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    harness.add_common_arguments(parser)
-    compare.add_phase_arguments(parser, runs=1000, workers=[1, 2, 4, 8])
+    options.add_common_arguments(parser)
+    options.add_phase_arguments(parser, runs=1000, workers=[1, 2, 4, 8])
     parser.add_argument("--repeat", type=int, default=1, help="rounds (1)")
     parser.add_argument("--skip-raw", action="store_true", help="no raw-limit phases")
     parser.add_argument(
@@ -61,7 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--pgbouncer-port", type=int, default=6432, help="(6432)")
     args = parser.parse_args(argv)
-    compare.check_phase_arguments(parser, args)
+    options.check_phase_arguments(parser, args)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
     if args.pgbouncer and args.db != "postgres":
@@ -69,12 +73,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def use_pgbouncer(port: int) -> None:
-    """Workers (and only they) through PgBouncer; its CPU counted with the database's.
-    Both are module settings of the harness, read when a worker starts or CPU is read."""
-    os.environ["EVERYSTEP_TEST_PGBOUNCER_PORT"] = str(port)
-    harness.SETTINGS = POOLED_SETTINGS
-    harness.DB_SERVER_COMMANDS["postgres"] = {"postgres", "pgbouncer"}
+def use_pgbouncer(args: argparse.Namespace) -> None:
+    """Workers (and only they) through PgBouncer (the pooled settings send this
+    process's connection straight to the server); its CPU counted with the database's."""
+    os.environ["EVERYSTEP_TEST_PGBOUNCER_PORT"] = str(args.pgbouncer_port)
+    args.settings_module = POOLED_SETTINGS
+    cpu.DB_SERVER_COMMANDS["postgres"] = {"postgres", "pgbouncer"}
 
 
 def setup_name(args: argparse.Namespace) -> str:
@@ -84,32 +88,30 @@ def setup_name(args: argparse.Namespace) -> str:
 def cpus_in_use(phase: dict[str, Any]) -> dict[str, float]:
     """Busy CPUs over the phase: the machine, the workers (or the raw client, which is
     this process), the database server, and everything else."""
-    cpu = phase["cpu"]
-    wall = max(cpu["wall_s"], 1e-9)
-    client = cpu["worker_s"] if phase["phase"] == "everystep" else cpu["bench_s"]
+    spent = phase["cpu"]
+    wall = max(spent["wall_s"], 1e-9)
+    client = spent["worker_s"] if phase["phase"] == "everystep" else spent["bench_s"]
     return {
-        "machine": round(cpu["machine_s"] / wall, 2),
+        "machine": round(spent["machine_s"] / wall, 2),
         "client": round(client / wall, 2),
-        "db_server": round(cpu["db_server_s"] / wall, 2),
-        "other": round(cpu["other_s"] / wall, 2),
+        "db_server": round(spent["db_server_s"] / wall, 2),
+        "other": round(spent["other_s"] / wall, 2),
     }
 
 
-def measure(args: argparse.Namespace, workers: harness.Workers, fleet: int, round_no: int) -> Any:
+def measure(args: argparse.Namespace, workers: Workers, fleet: int, round_no: int) -> Any:
     """The phases for ``fleet`` workers: raw limit, then everystep."""
     phase_args = argparse.Namespace(**{**vars(args), "workers": fleet})
     phases = []
     if not args.skip_raw:
-        raw = harness.attempts(
-            f"raw x{fleet}", lambda: compare.raw_phase(phase_args), workers.kill_all
-        )
+        raw = server.attempts(f"raw x{fleet}", lambda: raw_phase(phase_args), workers.kill_all)
         raw["workers"], raw["cpus"] = fleet, cpus_in_use(raw)
-        compare.print_phase(round_no, raw, f"{fleet * args.pool} threads")
+        print_phase(round_no, raw, f"{fleet * args.pool} threads")
         phases.append(raw)
     name = f"scaling-{round_no}-x{fleet}"
-    mine = harness.attempts(name, lambda: waited_phase(phase_args, workers, name), workers.kill_all)
+    mine = server.attempts(name, lambda: waited_phase(phase_args, workers, name), workers.kill_all)
     mine["cpus"] = cpus_in_use(mine)
-    compare.print_phase(round_no, mine)
+    print_phase(round_no, mine)
     print(f"    waits {mine['waits']}", flush=True)
     phases.append(mine)
     if args.idle_seconds > 0:
@@ -119,11 +121,11 @@ def measure(args: argparse.Namespace, workers: harness.Workers, fleet: int, roun
     return phases
 
 
-def waited_phase(args: argparse.Namespace, workers: harness.Workers, name: str) -> Any:
-    """``compare.everystep_phase`` with the waits recorded over it."""
+def waited_phase(args: argparse.Namespace, workers: Workers, name: str) -> Any:
+    """``phases.everystep_phase`` with the waits recorded over it."""
     port = args.pgbouncer_port if args.pgbouncer else None
     with contention.WaitSampler(args.db, port) as waits:
-        phase = compare.everystep_phase(args, workers, name, compare.SETTINGS_VALUE)
+        phase = everystep_phase(args, workers, name, options.SETTINGS_VALUE)
     phase["waits"] = waits.result
     return phase
 
@@ -177,7 +179,7 @@ WAIT_COLUMNS = (
 
 def print_summary(record: dict[str, Any]) -> None:
     args, rows = record["args"], record["rows"]
-    harness.print_header(record)
+    print_header(record)
     print(
         f"{record['setup']}: {args['runs']} runs of bench_three per phase, workers --pool "
         f"{args['pool']} --poll {args['poll']}; raw limit on workers x pool threads; medians "
@@ -202,10 +204,10 @@ def print_summary(record: dict[str, Any]) -> None:
             *(row.get(key, "") for key, _ in extra),
         ]
         print("| " + " | ".join(map(str, cells)) + " |")
-    harness.print_problems(record)
+    print_problems(record)
 
 
-def benchmark(args: argparse.Namespace, run: harness.Session) -> dict[str, Any]:
+def benchmark(args: argparse.Namespace, run: Session) -> dict[str, Any]:
     phases: list[dict[str, Any]] = []
     for index in range(args.repeat):
         order = args.workers if index % 2 == 0 else list(reversed(args.workers))
@@ -220,8 +222,8 @@ def benchmark(args: argparse.Namespace, run: harness.Session) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.pgbouncer:
-        use_pgbouncer(args.pgbouncer_port)
-    return harness.run_benchmark("scaling", args, lambda run: benchmark(args, run), print_summary)
+        use_pgbouncer(args)
+    return run_benchmark("scaling", args, lambda run: benchmark(args, run), print_summary)
 
 
 if __name__ == "__main__":

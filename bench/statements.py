@@ -34,19 +34,14 @@ connections patched at class level, every thread; a worker subprocess reports on
   run it on a quiet server (``COM_PING`` health checks are not in ``Questions``).
 - SQLite: nothing at the database; in-process only.
 
-Prints a report and appends one JSON line (``"kind": "statements"``) to
-``bench/results.jsonl``.
+Prints a report and appends one JSON line to ``bench/results/statements.jsonl``. The
+counting at the database is in ``statements_db.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
-import os
-import re
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -54,222 +49,34 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import harness
 from everystep_bench import counting
+from harness import options, runs, server
+from harness.cpu import wait_quiet
+from harness.results import print_header, print_problems
+from harness.session import Session, run_benchmark
+from harness.workers import WorkerProcess, Workers
+from statements_db import BENCH_GROUP, DatabaseSide, database_side
 
-SETTINGS_VALUE = "settings"
 ANATOMY_RUNNER = "bench-anatomy"
 HEARTBEAT = 5.0  # EVERYSTEP_HEARTBEAT's default
-BENCH_GROUP = "bench"  # this process's main thread, in the counts
-MARIADB_STATUS = (
-    "Questions",
-    "Connections",
-    "Com_select",
-    "Com_insert",
-    "Com_update",
-    "Com_delete",
-    "Com_begin",
-    "Com_commit",
-    "Com_rollback",
-    "Com_set_option",
-    "Com_savepoint",
-    "Com_release_savepoint",
-)
-
-
-OWN_TO_STATUS = {
-    "select": "Com_select",
-    "insert": "Com_insert",
-    "update": "Com_update",
-    "delete": "Com_delete",
-    "commit": "Com_commit",
-    "rollback_tx": "Com_rollback",
-    "autocommit_on": "Com_set_option",
-    "autocommit_off": "Com_set_option",
-    "savepoint": "Com_savepoint",
-    "release": "Com_release_savepoint",
-}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    harness.add_common_arguments(parser)
+    options.add_common_arguments(parser)
     parser.add_argument("--runs", type=int, default=200, help="worker runs for B (200)")
     parser.add_argument("--anatomy-runs", type=int, default=20, help="runs per workflow, A (20)")
     parser.add_argument("--pool", type=int, default=8, help="worker --pool for B (8)")
     parser.add_argument("--poll", type=float, default=0.05, help="worker --poll for B (0.05)")
-    parser.add_argument(
-        "--conn-max-age",
-        nargs="+",
-        default=[SETTINGS_VALUE],
-        metavar="SECONDS",
-        help="CONN_MAX_AGE for the workers of B: integers, 'none' or 'settings' (settings)",
-    )
+    options.add_conn_max_age_argument(parser)
     parser.add_argument("--idle-seconds", type=float, default=20, help="C's window (20)")
     parser.add_argument("--pg-log", type=Path, default=None, help="PostgreSQL server log")
-    parser.add_argument("--wait-quiet", type=float, default=60, help="see compare.py (60)")
-    parser.add_argument("--keep-logs", action="store_true", help="keep worker logs")
+    options.add_worker_phase_arguments(parser)
     args = parser.parse_args(argv)
+    options.check_conn_max_age(parser, args.conn_max_age)
     if min(args.runs, args.anatomy_runs, args.pool) < 1 or args.idle_seconds <= 0:
         parser.error("--runs, --anatomy-runs, --pool and --idle-seconds must be positive")
     return args
-
-
-# -- counting at the database ---------------------------------------------------------------
-
-
-class DatabaseSide:
-    """Counts at the database; ``None`` where this database cannot tell."""
-
-    available = False
-    note = "not counted at the database"
-
-    def attach(self) -> None:
-        """After this process reconnected."""
-
-    def mark(self) -> Any:
-        return None
-
-    def since(self, mark: Any, own: dict[str, int]) -> dict[str, Any] | None:
-        return None
-
-
-class PostgresLog(DatabaseSide):
-    """Statements the server logged for the benchmark database (``log_statement = all``),
-    except this process's session."""
-
-    LINE = re.compile(
-        r"\[(?P<pid>\d+)\] \S*@(?P<db>\S+) LOG:  (?:statement|execute [^:]*): (?P<sql>.*)$"
-    )
-
-    def __init__(self, path: Path | None) -> None:
-        from django.db import connection
-
-        name = str(connection.settings_dict["NAME"])
-        with connection.cursor() as cursor:
-            cursor.execute("SHOW log_line_prefix")
-            prefix = cursor.fetchone()[0]
-        self.db = name
-        self.own_pids: set[str] = set()
-        self.path = path or self._find_log()
-        if self.path is None or not os.access(self.path, os.R_OK):
-            self.note = f"server log not readable ({self.path or 'not found'}): use --pg-log"
-            return
-        if "%p" not in prefix or "%d" not in prefix or "%u@%d" not in prefix:
-            self.note = f"log_line_prefix {prefix!r} lacks [%p] and %u@%d"
-            return
-        with connection.cursor() as cursor:
-            quoted = connection.ops.quote_name(name)
-            cursor.execute(f"ALTER DATABASE {quoted} SET log_statement = 'all'")
-        self.available = True
-        self.attach()
-        self.note = f"server log {self.path}, log_statement = all on {name}"
-
-    def attach(self) -> None:
-        """Leave this process's (new) session out of the log."""
-        from django.db import connection
-
-        if not self.available:
-            return
-        with connection.cursor() as cursor:
-            cursor.execute("SET log_statement = 'none'")
-            cursor.execute("SELECT pg_backend_pid()")
-            self.own_pids.add(str(cursor.fetchone()[0]))
-
-    @staticmethod
-    def _find_log() -> Path | None:
-        from django.db import connection
-
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_current_logfile(), current_setting('server_version_num')")
-            current, version = cursor.fetchone()
-            cursor.execute("SHOW data_directory")
-            data_directory = cursor.fetchone()[0]
-        if current:
-            return Path(data_directory) / current
-        major = int(version) // 10000
-        found = sorted(
-            glob.glob(f"/var/log/postgresql/postgresql-{major}-*.log"), key=os.path.getmtime
-        )
-        return Path(found[-1]) if found else None
-
-    def mark(self) -> Any:
-        return self.path.stat().st_size if self.available and self.path else None
-
-    def since(self, mark: Any, own: dict[str, int]) -> dict[str, Any] | None:
-        if not self.available or self.path is None:
-            return None
-        time.sleep(0.3)  # the server writes its log as it goes; let it catch up
-        with open(self.path, "rb") as log:
-            log.seek(mark)
-            text = log.read().decode(errors="replace")
-        kinds: Counter[str] = Counter()
-        in_transaction: dict[str, bool] = {}
-        transactions = 0
-        pids: set[str] = set()
-        for line in text.splitlines():
-            match = self.LINE.search(line)
-            if not match or match["db"] != self.db or match["pid"] in self.own_pids:
-                continue
-            pid, kind = match["pid"], counting.statement_kind(match["sql"])
-            if kind == "other" and match["sql"].lstrip().upper().startswith("COMMIT"):
-                kind = "commit"
-            if kind == "other" and match["sql"].lstrip().upper().startswith("ROLLBACK"):
-                kind = "rollback_tx"
-            kinds[kind] += 1
-            pids.add(pid)
-            if kind == "begin":
-                in_transaction[pid] = True
-                transactions += 1
-            elif kind in ("commit", "rollback_tx"):
-                in_transaction[pid] = False
-            elif not in_transaction.get(pid):
-                transactions += 1  # a statement in autocommit is a transaction of its own
-        return {
-            "statements": sum(kinds.values()),
-            "transactions": transactions,
-            "sessions_seen": len(pids),  # backends that sent something
-            "kinds": dict(kinds.most_common()),
-        }
-
-
-class MariaDBStatus(DatabaseSide):
-    """Server-wide ``SHOW GLOBAL STATUS`` deltas minus this process's own statements."""
-
-    def __init__(self) -> None:
-        self.available = True
-        self.note = "SHOW GLOBAL STATUS deltas (server-wide) minus this process's statements"
-
-    def mark(self) -> Any:
-        from django.db import connection
-
-        with connection.cursor() as cursor:
-            cursor.execute("SHOW GLOBAL STATUS")
-            values = dict(cursor.fetchall())
-        return {key: int(values.get(key, 0)) for key in MARIADB_STATUS}
-
-    def since(self, mark: Any, own: dict[str, int]) -> dict[str, Any] | None:
-        now = self.mark()
-        delta = {key: now[key] - mark[key] for key in MARIADB_STATUS}
-        # This process's main thread: its polls and scheduling, and the SHOW GLOBAL STATUS
-        # that read ``now``.
-        kinds = counting.by_kind(own, BENCH_GROUP)
-        delta["Questions"] -= counting.round_trips(kinds, "mysql")["total"] + 1
-        for kind, status in OWN_TO_STATUS.items():
-            delta[status] -= kinds[kind]
-        return {
-            "statements": delta["Questions"],
-            "connections": delta["Connections"],
-            "kinds": {k.removeprefix("Com_"): v for k, v in delta.items() if k.startswith("Com_")},
-        }
-
-
-def database_side(db: str, pg_log: Path | None) -> DatabaseSide:
-    if db == "postgres":
-        return PostgresLog(pg_log)
-    if db == "mariadb":
-        return MariaDBStatus()
-    return DatabaseSide()
 
 
 # -- A: one pass, in process ----------------------------------------------------------------
@@ -309,7 +116,7 @@ def counted_worker(side: DatabaseSide, *, trace: bool = False) -> dict[str, Any]
     try:
         if not worker.ready.wait(60):
             raise TimeoutError("the embedded worker did not start")
-        harness.wait_for(lambda: harness.pending_runs() == 0, 600, 0.05)
+        runs.wait_for(lambda: runs.pending_runs() == 0, 600, 0.05)
         time.sleep(0.5)  # the claim that finds nothing left, after the last run
     finally:
         worker.stop()
@@ -346,13 +153,13 @@ def measure_anatomy(args: argparse.Namespace, side: DatabaseSide) -> dict[str, A
 
     results: dict[str, Any] = {}
     for name, workflow in (("bench_one", bench_one), ("bench_three", bench_three)):
-        harness.clear_runs()
+        runs.clear_runs()
         base = counted_worker(side)
-        harness.schedule_runs(workflow, args.anatomy_runs)
+        runs.schedule_runs(workflow, args.anatomy_runs)
         full = counted_worker(side)
         results[name] = per_run(full, base, args.anatomy_runs)
-    harness.clear_runs()
-    harness.schedule_runs(bench_three, 1)
+    runs.clear_runs()
+    runs.schedule_runs(bench_three, 1)
     one = counted_worker(side, trace=True)
     results["trace_one_bench_three"] = one["trace"]
     results["split"] = {
@@ -380,7 +187,7 @@ def split(one: dict[str, float] | None, three: dict[str, float] | None) -> dict[
 
 
 def worker_window(
-    worker: harness.WorkerProcess,
+    worker: WorkerProcess,
     count_file: Path,
     side: DatabaseSide,
     during: Callable[[], None],
@@ -428,31 +235,31 @@ def scale(window: dict[str, Any], divisor: float, keep: tuple[str, ...] = ()) ->
 
 def measure_worker(
     args: argparse.Namespace,
-    workers: harness.Workers,
+    workers: Workers,
     side: DatabaseSide,
     scratch: Path,
     conn_max_age: str,
 ) -> dict[str, Any]:
     from everystep_bench.workflows import bench_three
 
-    harness.clear_runs()
-    quiet = harness.wait_quiet(args.wait_quiet)
+    runs.clear_runs()
+    quiet = wait_quiet(args.wait_quiet)
     count_file = scratch / f"counts-cma{conn_max_age}.json"
     env = {
         "EVERYSTEP_BENCH_COUNT_FILE": str(count_file),
-        "EVERYSTEP_TEST_CONN_MAX_AGE": None if conn_max_age == SETTINGS_VALUE else conn_max_age,
+        **options.conn_max_age_env(conn_max_age),
     }
     name = f"statements-cma{conn_max_age}"
     worker = workers.start(name, "--pool", str(args.pool), "--poll", str(args.poll), env=env)
     worker.wait_ready()
 
     def execute() -> None:
-        harness.schedule_runs(bench_three, args.runs)
-        harness.wait_for(lambda: harness.pending_runs() == 0, 600, 0.1, worker.check_alive)
+        runs.schedule_runs(bench_three, args.runs)
+        runs.wait_for(lambda: runs.pending_runs() == 0, 600, 0.1, worker.check_alive)
 
     window = worker_window(worker, count_file, side, execute)
     exit_code = worker.terminate()
-    span = harness.finished_span()
+    span = runs.finished_span()
     return {
         "conn_max_age": conn_max_age,
         "runs": args.runs,
@@ -465,10 +272,10 @@ def measure_worker(
 
 
 def measure_idle(
-    args: argparse.Namespace, workers: harness.Workers, side: DatabaseSide, scratch: Path
+    args: argparse.Namespace, workers: Workers, side: DatabaseSide, scratch: Path
 ) -> dict[str, Any]:
-    harness.clear_runs()
-    quiet = harness.wait_quiet(args.wait_quiet)
+    runs.clear_runs()
+    quiet = wait_quiet(args.wait_quiet)
     count_file = scratch / "counts-idle.json"
     worker = workers.start("statements-idle", env={"EVERYSTEP_BENCH_COUNT_FILE": str(count_file)})
     worker.wait_ready()
@@ -499,7 +306,7 @@ DB_KEYS = ("statements", "transactions", "sessions_seen", "connections")
 
 def print_report(record: dict[str, Any]) -> None:
     a = record["anatomy"]
-    harness.print_header(record)
+    print_header(record)
     print(f"counted at the database: {record['db_side']}")
     print("\nA. embedded Worker(pool_size=1), one run claimed at a time, per run:")
     for name in ("bench_one", "bench_three"):
@@ -536,7 +343,7 @@ def print_report(record: dict[str, Any]) -> None:
     )
     print_counts(c)
     print()
-    harness.print_problems(record)
+    print_problems(record)
 
 
 def print_counts(counts: dict[str, Any]) -> None:
@@ -549,59 +356,30 @@ def print_counts(counts: dict[str, Any]) -> None:
         print(f"    by kind: {fmt(counts['db_kinds'], tuple(counts['db_kinds']))}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    harness.install_interrupts()
-    scratch = Path(tempfile.mkdtemp(prefix="everystep-statements-"))
-    harness.configure(args.db, args.source, scratch)
-    harness.setup_django(args.source)
+def benchmark(args: argparse.Namespace, run: Session) -> dict[str, Any]:
+    """A, B once per ``--conn-max-age`` value, then C; each measured again if the
+    server restarted meanwhile."""
     counting.install()
     counting.set_main_group(BENCH_GROUP)
-    workers = harness.Workers(args.source, scratch)
-    original = harness.create_database()
-    record: dict[str, Any] | None = None
-    try:
-        info = harness.machine_info()
-        side = database_side(args.db, args.pg_log)
+    side = database_side(args.db, args.pg_log)
 
-        def again(label: str, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-            return harness.attempts(label, measure, workers.kill_all, side.attach)
+    def again(label: str, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        return server.attempts(label, measure, run.workers.kill_all, side.attach)
 
-        anatomy = again("A", lambda: measure_anatomy(args, side))
+    def measure_b(conn_max_age: str) -> Callable[[], dict[str, Any]]:
+        return lambda: measure_worker(args, run.workers, side, run.scratch, conn_max_age)
 
-        def measure_b(conn_max_age: str) -> Callable[[], dict[str, Any]]:
-            return lambda: measure_worker(args, workers, side, scratch, conn_max_age)
+    return {
+        "db_side": side.note,
+        "anatomy": again("A", lambda: measure_anatomy(args, side)),
+        "worker": [again(f"B cma={c}", measure_b(c)) for c in args.conn_max_age],
+        "idle": again("C", lambda: measure_idle(args, run.workers, side, run.scratch)),
+    }
 
-        worker = [again(f"B cma={c}", measure_b(c)) for c in args.conn_max_age]
-        idle = again("C", lambda: measure_idle(args, workers, side, scratch))
-        info["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-        record = {
-            "kind": "statements",
-            "db": args.db,
-            "label": args.label,
-            "args": {
-                k: (str(v) if isinstance(v, Path) else v)
-                for k, v in vars(args).items()
-                if k != "keep_logs"
-            },
-            "source": harness.source_info(args.source),
-            "machine": info,
-            "db_side": side.note,
-            "anatomy": anatomy,
-            "worker": worker,
-            "idle": idle,
-            "worker_problems": workers.problems(),
-        }
-    finally:
-        workers.kill_all()
-        harness.drop_database(original)
-        if args.keep_logs or record is None:
-            print(f"worker logs kept in {scratch}", file=sys.stderr)
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
-    print_report(record)
-    harness.append_result(record)
-    return 0
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    return run_benchmark("statements", args, lambda run: benchmark(args, run), print_report)
 
 
 if __name__ == "__main__":

@@ -4,27 +4,98 @@ client, each store query of ``QUERIES``, N times; median, p95 and the query plan
 from __future__ import annotations
 
 import functools
-import os
 import statistics
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from ui_scale import PAGES, PLANS, TARGET_MS, queries, retrying
+from harness.results import append_result, loadavg, machine_info, source_info
+from harness.server import retrying
 
 WARMUP = 2
+PLANS = Path(__file__).resolve().parent / "ui_scale_plans"
+TARGET_MS = 200.0
+
+# -- what is timed: update these tables as the views grow ---------------------------------
+# (label, URL name, query parameters), the parameters those of the runs list on branch
+# ui13 (search ``q``, ``created_after``/``created_before``, keyset ``older``/``newer``).
+# Placeholders, filled by ``ui_scale_timing.context``: ``{big}`` the big run's id,
+# ``{prefix}`` its first 8 hex digits, ``{key}`` an idempotency key, ``{name}`` the
+# busiest workflow, ``{rare}`` the rarest, ``{runner}`` a runner, ``{deep}`` the id of
+# the 600,000th newest run, ``{day_ago}`` one day before the newest run, ``{t0}`` and
+# ``{t1}``: one day, 60 days before the newest run.
+RUNS, RUN = "everystep:runs", "everystep:run"
+DAY = {"created_after": "{t0}", "created_before": "{t1}"}
+PAGES: list[tuple[str, str, dict[str, str]]] = [
+    ("runs: first page", RUNS, {}),
+    ("runs: status=failed", RUNS, {"status": "failed"}),
+    ("runs: status=running", RUNS, {"status": "running"}),
+    ("runs: status=blocked", RUNS, {"status": "blocked"}),
+    ("runs: status=scheduled", RUNS, {"status": "scheduled"}),
+    ("runs: status=completed", RUNS, {"status": "completed"}),
+    ("runs: status=cancelled", RUNS, {"status": "cancelled"}),
+    ("runs: status=stopped", RUNS, {"status": "stopped"}),
+    ("runs: workflow (busiest)", RUNS, {"workflow": "{name}"}),
+    ("runs: workflow (rare)", RUNS, {"workflow": "{rare}"}),
+    ("runs: workflow unknown", RUNS, {"workflow": "no.such_workflow"}),
+    ("runs: runner", RUNS, {"runner": "{runner}"}),
+    ("runs: runner unknown", RUNS, {"runner": "runner-gone"}),
+    ("runs: status+workflow (rare)", RUNS, {"status": "failed", "workflow": "{rare}"}),
+    ("runs: status+runner", RUNS, {"status": "failed", "runner": "{runner}"}),
+    ("runs: status+workflow+runner", RUNS, {"status": "failed", "workflow": "{name}",
+                                            "runner": "{runner}"}),
+    ("runs: last 24 h", RUNS, {"created_after": "{day_ago}"}),
+    ("runs: one day, 60 days ago", RUNS, DAY),
+    ("runs: created before, 59 days ago", RUNS, {"created_before": "{t1}"}),
+    ("runs: one day + status=failed", RUNS, {**DAY, "status": "failed"}),
+    ("runs: one day + workflow (busiest)", RUNS, {**DAY, "workflow": "{name}"}),
+    ("runs: deep page (older than 600,000)", RUNS, {"older": "{deep}"}),
+    ("runs: deep page + status=failed", RUNS, {"older": "{deep}", "status": "failed"}),
+    ("runs: deep page, newer direction", RUNS, {"newer": "{deep}"}),
+    ("search: full run id", RUNS, {"q": "{big}"}),
+    ("search: id prefix (8 hex digits)", RUNS, {"q": "{prefix}"}),
+    ("search: idempotency key", RUNS, {"q": "{key}"}),
+    ("search: nothing found", RUNS, {"q": "no-such-key"}),
+    ("search: id prefix + status=failed", RUNS, {"q": "{prefix}", "status": "failed"}),
+    ("search: key + workflow (busiest)", RUNS, {"q": "{key}", "workflow": "{name}"}),
+    ("run: big run (2,000 steps)", RUN, {}),
+    ("run: big run, table page 10", RUN, {"steps": "10"}),
+    ("run: big run, whole graph", RUN, {"graph": "all"}),
+    ("run: big run, all steps", RUN, {"steps": "all"}),
+    ("runners", "everystep:runners", {}),
+]  # fmt: skip
+
+
+def queries() -> list[tuple[str, Callable[[dict[str, Any]], Any]]]:
+    """Store statements timed on their own: a time window written on ``created_at``
+    (no index) against the same window as a UUIDv7 id range, which the views use."""
+    from everystep.models import Workflow
+
+    runs = Workflow.objects.defer("args", "result", "error").order_by("-id")
+    return [
+        (
+            "store: one day by created_at",
+            lambda c: list(
+                runs.filter(created_at__gte=c["t0_at"], created_at__lt=c["t1_at"])[:200]
+            ),
+        ),
+        (
+            "store: one day by id range",
+            lambda c: list(runs.filter(id__gte=c["t0_id"], id__lt=c["t1_id"])[:200]),
+        ),
+    ]
 
 
 def time_all(db: str, requests: int, source: Any) -> None:
     """Time every page and query; print one table; write the plans of ``db``; append
-    the figures to ``bench/results.jsonl``."""
+    the figures to ``bench/results/ui_scale.jsonl``."""
     from django.core.signals import request_started
     from django.db import reset_queries
     from django.test import Client
     from django.urls import reverse
-    from harness import append_result, machine_info, source_info
 
     # Each request would empty the query log the plans are read from.
     request_started.disconnect(reset_queries)
@@ -50,9 +121,10 @@ def time_all(db: str, requests: int, source: Any) -> None:
         figures[label] = _report(db, label, get, requests)
     for label, query in queries():
         figures[label] = _report(db, label, functools.partial(query, values), requests)
-    info["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    info["loadavg_end"] = loadavg()
     append_result(
-        {"bench": "ui_scale", "db": db, "requests": requests, "source": source_info(source)}
+        {"kind": "ui_scale", "bench": "ui_scale", "db": db, "requests": requests}
+        | {"source": source_info(source)}
         | info
         | {"pages": figures}
     )

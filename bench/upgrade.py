@@ -14,7 +14,7 @@ of each, a write every 10 ms each, every write timed from statement to commit) a
 monitor sees the index builds and the writers waiting for a lock. ``plain`` runs the
 migrations of ``--plain-source`` (default: a worktree of commit f9f983c, the last with
 plain ``AddIndex``, made and removed here); ``online`` those of this tree. Prints one JSON
-line per run and appends it (``"kind": "upgrade"``) to ``bench/results.jsonl``.
+line per run and appends it (``"kind": "upgrade"``) to ``bench/results/upgrade.jsonl``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 
-from harness import append_result  # noqa: E402
+from harness.results import append_result  # noqa: E402
 
 from tests.upgrade_load import Monitor, Writers, connect, populate, summary  # noqa: E402
 
@@ -131,7 +131,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1_000_000)
     parser.add_argument("--plain-source", type=Path)
     parser.add_argument("--label", default="")
-    parser.add_argument("--no-record", action="store_true", help="a trial: no results.jsonl line")
+    parser.add_argument("--no-record", action="store_true", help="a trial: no result line")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="everystep-upgrade-") as tmp:
         scratch = Path(tmp)

@@ -52,12 +52,12 @@ Measured per round, as ``compare.py`` measures everystep:
 - **worker CPU** per run and per step: this process's user + system time
   (``os.times()``) over ``QueueManager.run()``;
 - **db CPU** per run: utime + stime (and reaped children's) of every ``postgres``
-  process (``/proc/<pid>/stat``) before and after, the method of ``harness.py``;
+  process (``/proc/<pid>/stat``) before and after, the method of ``harness/cpu.py``;
 - ``other_s``: busy CPU of everything else on the machine (the disturbance indicator);
 - RSS of this process at start and end of the consumer phase.
 
 It prints one line per round and a summary line; ``--json`` appends one line (kind
-``peer``, label ``pgqueuer-emulated``) to ``bench/results.jsonl`` (``--results PATH``
+``peer``, label ``pgqueuer-emulated``) to ``bench/results/peer.jsonl`` (``--results PATH``
 elsewhere).
 
 What it does NOT emulate (so it flatters PgQueuer, compared with everystep): no fenced
@@ -103,7 +103,7 @@ from pgqueuer.types import QueueExecutionMode
 HERE = Path(__file__).resolve().parent
 BENCH = HERE.parent
 ROOT = BENCH.parent
-RESULTS = BENCH / "results.jsonl"
+RESULTS = BENCH / "results" / "peer.jsonl"
 ENTRYPOINT = "bench_three"
 DB_PREFIX = "pgq_bench_"
 
@@ -284,7 +284,7 @@ async def enqueue(args: argparse.Namespace, dbname: str) -> None:
 
 def rows(args: argparse.Namespace, dbname: str) -> dict[str, Any]:
     """Completed jobs and step rows, and runs/s from the first pick to the last job
-    marked done, from ``pgqueuer_log`` (as ``harness.finished_span`` reads everystep's
+    marked done, from ``pgqueuer_log`` (as ``harness.runs.finished_span`` reads everystep's
     ``started_at`` and ``completed_at``)."""
     with admin(args, dbname) as conn:
         done, first, last = conn.execute(
@@ -327,18 +327,18 @@ def database_version(args: argparse.Namespace) -> str:
     return f"PostgreSQL {value}"
 
 
-# -- CPU and memory: bench/harness.py's own functions (it imports Django only inside the
-# functions that need it, so this venv can import it)
+# -- CPU and memory: the harness's own functions (bench/harness/cpu.py imports nothing of
+# Django or everystep, so this venv can import it)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import (  # noqa: E402
-    add_wait_quiet_argument,
+from harness.cpu import db_server_cpu_seconds as _db_server_cpu_seconds  # noqa: E402
+from harness.cpu import (  # noqa: E402
     machine_busy_seconds,
     process_cpu_split,
     process_rss_mb,
     wait_quiet,
 )
-from harness import db_server_cpu_seconds as _db_server_cpu_seconds  # noqa: E402
+from harness.options import add_wait_quiet_argument  # noqa: E402
 
 
 def db_server_cpu_seconds() -> float:

@@ -14,22 +14,15 @@ It writes the same rows as ``everystep_bench.workflows.bench_three`` (3 steps: a
 double, inc) in the real ``everystep_workflow`` / ``everystep_step`` tables, with psycopg 3,
 MySQLdb (mysqlclient) or sqlite3 at their defaults, and stops when nothing is left to claim.
 
-Use it from a script that has set up Django on a benchmark database and scheduled runs::
-
-    from raw_limit import run_raw_limit
-    schedule_runs(bench_three, 500)          # e.g. harness.schedule_runs
-    result = run_raw_limit(threads=8)        # RawLimitResult(runs=500, ...)
-
-``bench/compare.py`` measures it in the same invocation as everystep and reports the
-ratio. Run alone (creates and drops its own database)::
-
-    .venv/bin/python bench/raw_limit.py --db postgres|mariadb|sqlite [--runs 500] [--threads 8]
+Use it once Django is set up on a benchmark database and runs are scheduled
+(``harness.runs.schedule_runs(bench_three, 500)``): ``run_raw_limit(threads=8)`` returns a
+``RawLimitResult``. ``compare.py`` measures it in the same invocation as everystep
+(``phases.raw_phase``) and reports the ratio; ``instructions.py`` counts its client.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 import uuid
@@ -320,44 +313,3 @@ def run_raw_limit(
         claims=int(totals["claims"]),
         cpu_s=round(cpu, 3),
     )
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import shutil
-    import tempfile
-    from pathlib import Path
-
-    import harness
-
-    parser = argparse.ArgumentParser(description="The raw-SQL limit alone, on its own database.")
-    harness.add_common_arguments(parser)
-    parser.add_argument("--runs", type=int, default=500)
-    parser.add_argument("--threads", type=int, default=8)
-    parser.add_argument("--batch", type=int, default=1, help="runs per claim (1)")
-    args = parser.parse_args(argv)
-    harness.install_interrupts()
-    scratch = Path(tempfile.mkdtemp(prefix="everystep-raw-"))
-    harness.configure(args.db, args.source, scratch)
-    harness.setup_django(args.source)
-    from everystep_bench.workflows import bench_three
-
-    original = harness.create_database()
-    try:
-        harness.schedule_runs(bench_three, args.runs)
-        result = run_raw_limit(args.threads, args.batch)
-        span = harness.finished_span()
-    finally:
-        harness.drop_database(original)
-        shutil.rmtree(scratch, ignore_errors=True)
-    print(
-        f"raw limit {args.db}: {result.runs} runs, {result.steps} steps in {result.wall_s}s = "
-        f"{result.runs_per_s:.0f} runs/s ({span['runs_per_s']} from the rows), "
-        f"{result.claims} claims, {1000 * result.cpu_s / max(result.runs, 1):.2f} ms CPU/run"
-    )
-    return 0 if span["completed"] == args.runs else 1
-
-
-if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    raise SystemExit(main())

@@ -1,4 +1,5 @@
-"""Summarise a ``py-spy record --format raw`` profile of a worker as plain text.
+"""py-spy attached to a worker (``Profiler``), and its ``--format raw`` samples
+summarised as plain text (``write_report``; ``compare.py --profile``).
 
 Recorded with ``--gil``, py-spy samples only the thread holding the GIL, so the samples
 split the worker's Python CPU time; time in C with the GIL released (waiting for the
@@ -14,18 +15,47 @@ measured CPU per run):
   a driver's or the interpreter's, counts for the Python frame that called it);
 - everystep's own functions by inclusive time (what each engine operation costs);
 - the top functions by self time and by inclusive time.
-
-    .venv/bin/python bench/profile_report.py PROFILE.collapsed [CPU_MS_PER_RUN]
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import signal
+import subprocess
 import sys
+import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+
+class Profiler:
+    """``py-spy record --gil`` attached to ``pid`` until ``stop()``, its raw samples
+    written to ``output`` (``.venv/bin/pip install py-spy``)."""
+
+    def __init__(self, pid: int, output: Path, rate: int) -> None:
+        py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        command = [py_spy, "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw"]
+        # --gil: only the thread holding the GIL is sampled, so the samples split the
+        # worker's Python CPU time; threads waiting on the database (which py-spy would
+        # otherwise often count as active) are left out.
+        command += ["--output", str(output), "--gil"]
+        self.spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(1.0)  # attached
+        if self.spy.poll() is not None:
+            error = self.spy.stderr.read().decode() if self.spy.stderr else ""
+            raise RuntimeError(f"py-spy exited: {error}")
+
+    def stop(self) -> None:
+        self.spy.send_signal(signal.SIGINT)
+        try:
+            self.spy.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.spy.kill()
+            self.spy.wait()
+
 
 FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]*)(?::\d+)?\)$")
 ROLES = (  # the first role whose function is on the stack
@@ -192,16 +222,3 @@ def write_report(
         "self_top10": result["self"][:10],
         "inclusive_top15": result["inclusive"][:15],
     }
-
-
-def main(argv: list[str]) -> int:
-    if not argv:
-        print(__doc__)
-        return 2
-    cpu = float(argv[1]) if len(argv) > 1 else None
-    print(render(analyse(parse(Path(argv[0]))), cpu, f"py-spy profile {argv[0]}"), end="")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

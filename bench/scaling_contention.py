@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import harness
+from harness.cpu import process_cpu_seconds
+from harness.workers import Workers
 
 INTERVAL = 0.05
 MARIADB_WAITS = ("Innodb_row_lock_waits", "Innodb_row_lock_time")
@@ -98,7 +99,7 @@ class WaitSampler:
 
     def __enter__(self) -> WaitSampler:
         self.began = time.monotonic()
-        self.pgbouncer_cpu = sum(map(harness.process_cpu_seconds, pgbouncer_pids()))
+        self.pgbouncer_cpu = sum(map(process_cpu_seconds, pgbouncer_pids()))
         if self.db == "mariadb":
             self.status = mariadb_status(MARIADB_WAITS)
         elif self.db == "postgres":
@@ -128,7 +129,7 @@ class WaitSampler:
                 max_pool_waiters=self.max_pool_waiters,
                 max_pool_wait_ms=round(self.max_pool_wait_us / 1000, 1),
                 pgbouncer_cpu_s=round(
-                    sum(map(harness.process_cpu_seconds, pgbouncer_pids())) - self.pgbouncer_cpu, 3
+                    sum(map(process_cpu_seconds, pgbouncer_pids())) - self.pgbouncer_cpu, 3
                 ),
             )
         self.result = result
@@ -172,9 +173,12 @@ class WaitSampler:
 
 
 def idle_counters(db: str) -> dict[str, int]:
-    """The statement counters ``idle_rates`` takes the difference of."""
+    """The statement counters ``idle_load`` takes the difference of (none on SQLite,
+    which counts nothing at the database)."""
     from django.db import connection
 
+    if db == "sqlite":
+        return {}
     if db == "mariadb":
         return mariadb_status(MARIADB_IDLE)
     with connection.cursor() as cursor:
@@ -187,17 +191,12 @@ def idle_counters(db: str) -> dict[str, int]:
 
 
 def idle_load(
-    args: Any, workers: harness.Workers, fleet_size: int, name: str, seconds: float
+    args: Any, workers: Workers, fleet_size: int, name: str, seconds: float
 ) -> dict[str, Any]:
     """``fleet_size`` workers (``--pool``, the default poll interval: what a production
     fleet idles with) started and left idle: statements per second at the database over
     ``seconds``, after they have settled."""
-    fleet = [
-        workers.start(f"{name}-w{number}", "--pool", str(args.pool))
-        for number in range(1, fleet_size + 1)
-    ]
-    for worker in fleet:
-        worker.wait_ready()
+    fleet = workers.start_fleet(name, fleet_size, "--pool", str(args.pool))
     # Start-up (the LISTEN probe, the first orphan check) is not idle; and a PostgreSQL
     # backend that went idle reports its statistics up to 10 s later (PGSTAT_IDLE_INTERVAL):
     # PgBouncer's server connections, busy in the phase before, would otherwise add that
