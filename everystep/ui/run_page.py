@@ -219,7 +219,7 @@ def _href(request: HttpRequest, **changes: str) -> str:
 
 # One row of the step table, filled in Python: with every step of a big run listed,
 # rendering the row in the template (and then format_html's lazy escaping) took most of
-# the page's time (bench/README.md, the UI at scale). format_html escapes every value.
+# the page's time (measured with bench/ui_scale.py). format_html escapes every value.
 STEP_ROW = (
     '<tr id="step-{id}"><td><code>{id}</code></td><td>{name}{runs}</td>'
     '<td><span class="es-badge es-{status}">{status}</span></td><td>{started}</td>'
