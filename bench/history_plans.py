@@ -68,9 +68,8 @@ def execute_one() -> None:
     from django.utils import timezone
 
     from everystep.store.claims import claim_due
-    from everystep.store.fenced import finish_run, merges_records
 
-    record_step, step_values = step_writers()
+    record_step, step_values, finish_run, merges_records = fenced_writers()
     for claim in claim_due(PROBE_WORKER, 1):
         records = [
             step_values(
@@ -90,14 +89,22 @@ def execute_one() -> None:
         finish_run(claim, "completed", result=4, step=last)
 
 
-def step_writers() -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """``record_step`` and ``step_values``: in ``store/step_records.py`` now, in
-    ``store/fenced.py`` in the tree at 07d4a10 (``--source /tmp/everystep-before``)."""
+def fenced_writers() -> tuple[Callable[..., Any], ...]:
+    """``record_step``, ``step_values``, ``finish_run`` and ``merges_records``: in
+    ``store/step_records.py`` and ``store/outcome.py`` now, all in ``store/fenced.py`` in
+    the tree at 07d4a10 (``--source /tmp/everystep-before``)."""
     try:
-        from everystep.store import step_records as module
+        from everystep.store import outcome, step_records
     except ImportError:
-        from everystep.store import fenced as module  # type: ignore[no-redef]
-    return module.record_step, module.step_values
+        from everystep.store import fenced  # type: ignore[attr-defined]
+
+        outcome = step_records = fenced
+    return (
+        step_records.record_step,
+        step_records.step_values,
+        outcome.finish_run,
+        outcome.merges_records,
+    )
 
 
 def exists_step(run_id: uuid.UUID) -> Callable[[], Any]:

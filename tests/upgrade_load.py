@@ -183,7 +183,7 @@ class Writers:
             time.sleep(self.pause)
 
     def _record(self, conn: Any, runs: list[Any]) -> None:
-        # What a worker writes per step, as store/fenced.py does: the record, one
+        # What a worker writes per step, as store/step_records.py does: the record, one
         # INSERT … SELECT from the run's row in autocommit, and an update of the run's row.
         n = 0
         while not self._stop.is_set():

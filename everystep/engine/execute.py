@@ -19,7 +19,7 @@ from everystep.engine.pass_state import Frame, RunState, Scope, current_frame
 from everystep.errors import EverystepError, RunInterrupted, StoreUnavailable, TooManyRecoveries
 from everystep.models import Status
 from everystep.store import database
-from everystep.store.fenced import merges_records
+from everystep.store.outcome import merges_records
 from everystep.store.runs import get_run, load_steps
 from everystep.values import Claim
 

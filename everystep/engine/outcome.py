@@ -1,6 +1,6 @@
 """How a pass over a claimed run ends: what the body's replay gave
 (``everystep.engine.execute``) becomes exactly one of these, written fenced by the claim
-(``everystep.store.fenced``) and then announced (``everystep.signals``):
+(``everystep.store.outcome``) and then announced (``everystep.signals``):
 
 - ``completed`` / ``failed`` / ``stopped`` / ``blocked``: the outcome is written (``finish``);
 - ``requeued``: the worker is draining, or another pass recorded a step this one did not
@@ -36,7 +36,7 @@ from everystep.errors import (
     Terminal,
 )
 from everystep.models import Status
-from everystep.store.fenced import finish_run, requeue_run, suspend_run
+from everystep.store.outcome import finish_run, requeue_run, suspend_run
 from everystep.values import Claim
 
 

@@ -18,7 +18,7 @@ A run's life, in the order it meets them:
 - ``claims``: claiming due runs, per database;
 - ``step_records``: a claimed run's records (steps, waits, patch decisions, child starts;
   concluding a wait also drops its ``RunWait`` rows), fenced by the claim;
-- ``fenced``: the fenced writes that end a claimed pass (its outcome, its release to wait,
+- ``outcome``: the fenced writes that end a claimed pass (its outcome, its release to wait,
   its requeue). These two modules hold every write made for a claimed run;
 - ``events``: events sent to runs;
 - ``run_waits``: runs waiting for other runs to end (``result``, ``gather``);

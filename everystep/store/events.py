@@ -2,7 +2,7 @@
 
 A waiting run is ``scheduled`` with ``due_at`` in the future (a sleep, a delayed start,
 a wait's deadline) or NULL (a wait for an event or a run with no timeout), so the claim
-skips it until then; it is released so by ``everystep.store.fenced.suspend_run``.
+skips it until then; it is released so by ``everystep.store.outcome.suspend_run``.
 ``send`` records an event and makes a waiting run due at once.
 
 The race between a run deciding to wait and an event arriving for it is closed by the

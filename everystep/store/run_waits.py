@@ -18,7 +18,7 @@ wakes them. A blocking ``result()`` outside a body marks the run ``awaited`` too
 end also sends a NOTIFY (PostgreSQL).
 
 For a claimed run, ``hold``, ``ended`` and ``release`` are called only from its fenced
-writes (``everystep.store.fenced``, ``everystep.store.step_records``); operators'
+writes (``everystep.store.outcome``, ``everystep.store.step_records``); operators'
 cancels call ``ended`` too.
 """
 

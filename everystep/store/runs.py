@@ -1,6 +1,6 @@
 """Scheduling runs, the engine's reads of one run, and operators' writes to runs
 (resolving a blocked step, cancelling, requeueing). The writes made for a claimed run are
-in ``everystep.store.step_records`` (its records) and ``everystep.store.fenced`` (its
+in ``everystep.store.step_records`` (its records) and ``everystep.store.outcome`` (its
 outcome, its release, its requeue).
 """
 

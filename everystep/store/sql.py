@@ -4,8 +4,8 @@ statement on the driver's own cursor.
 The statements that run once per step or per run (the claim, the fenced step record, the
 run's outcome) are written for the database rather than through the ORM, whose query
 building costs more CPU than the round trip itself. Each is built once per database
-vendor (``Vendor.statement``), by the module that owns it (``claims``, ``fenced``), and
-given parameters in the driver's own forms.
+vendor (``Vendor.statement``), by the module that owns it (``claims``,
+``step_records``, ``outcome``), and given parameters in the driver's own forms.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class Vendor:
         # UPDATE … RETURNING: PostgreSQL and SQLite; not MariaDB or MySQL.
         self.returning = vendor in ("postgresql", "sqlite")
         # A data-modifying CTE: the run's outcome can carry a step record in its own
-        # statement (``fenced.finish_run``). PostgreSQL only.
+        # statement (``outcome.finish_run``). PostgreSQL only.
         self.carries_records = vendor == "postgresql"
         self._statements: dict[str, Statement] = {}
         self._forms: dict[tuple[str, ...], tuple[tuple[str, Callable[[Any], Any]], ...]] = {}

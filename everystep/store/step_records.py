@@ -1,7 +1,7 @@
 """The records of a claimed run's operations — steps, waits, patch decisions, child
 starts — written for ``everystep.engine.recorded``: each fenced by the claim. The writes
 that end a claimed pass (its outcome, its release to wait, its requeue) are
-``everystep.store.fenced``'s; together the two modules hold every write made for a
+``everystep.store.outcome``'s; together the two modules hold every write made for a
 claimed run.
 
 *Fenced* (``everystep.models.fence``): a write applies only on the condition that the
@@ -178,7 +178,7 @@ def _insert_child_statement(db: Vendor) -> str:
 
 def step_params(db: Vendor, values: dict[str, Any]) -> list[Any]:
     """A step record's values (``step_values``) as the driver takes them, in the order
-    of ``STEP_COLUMNS`` (``fenced.finish_run`` writes one with the outcome)."""
+    of ``STEP_COLUMNS`` (``outcome.finish_run`` writes one with the outcome)."""
     return db.params(STEP_COLUMNS, values)
 
 

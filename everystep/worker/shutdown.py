@@ -17,8 +17,8 @@ from django.db import connections
 
 from everystep.engine.outcome import report_requeued
 from everystep.store import database
-from everystep.store.fenced import requeue_run
 from everystep.store.guard import UNREACHABLE
+from everystep.store.outcome import requeue_run
 from everystep.values import Claim
 from everystep.worker.heartbeat import SHUTDOWN_LOCK_WAIT, Heartbeat
 from everystep.worker.worker_state import WorkerState

@@ -23,7 +23,7 @@ from everystep.models import RunWait, Step, Workflow
 from everystep.store import run_waits
 from everystep.store.audit import Actor
 from everystep.store.claims import claim_due
-from everystep.store.fenced import suspend_run
+from everystep.store.outcome import suspend_run
 from everystep.store.runs import cancel_run
 from everystep.testing import crash_at, deployed, run_due
 from tests.testapp import composition as cw

@@ -21,7 +21,7 @@ from everystep.engine import execute
 from everystep.models import Runner, Step, Workflow
 from everystep.store import runners
 from everystep.store.claims import claim_due
-from everystep.store.fenced import requeue_run
+from everystep.store.outcome import requeue_run
 from everystep.testing import run_due
 from everystep.worker import loop
 from everystep.worker.heartbeat import Heartbeat
