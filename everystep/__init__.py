@@ -1,6 +1,21 @@
 """everystep: durable workflow execution for Django.
 
 ``import everystep`` does not import Django; the public names load on first use.
+
+The package, in layers that import downwards only (``tests/unit/test_layers.py``):
+
+- foundations: ``values``, ``errors``, ``options`` (the worker's options, declared once),
+  ``signals``, ``tallies``, ``tracing``, ``safe_text``, ``serde`` (stored values),
+  ``stored_errors`` (stored exceptions), ``failure_detail`` (stored tracebacks),
+  ``wait_words``, ``times``, ``registry``, ``conf`` (settings), ``checks`` (system checks);
+- ``models`` (tables, status transitions, the fencing rule) and ``migrations``;
+- ``store/``: every query and write;
+- ``engine/`` (replay and the body's operations), and beside it ``context``, ``metrics``,
+  ``logs``, ``sentry``;
+- ``worker/``: the long-running ``Worker``;
+- edges: ``api`` (the public surface), ``decorators`` (``@workflow``, ``@step``),
+  ``scheduling`` (``schedule``, ``start``), ``testing``, ``management/`` (commands),
+  ``ui/`` and ``urls``, ``admin``, ``apps``.
 """
 
 from __future__ import annotations
