@@ -18,29 +18,15 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from everystep.decorators import step, workflow
-from everystep.scheduling import schedule, start
+# Re-exported (``import x as x``): ``everystep.__all__`` is the one list of public names.
+from everystep.decorators import step as step
+from everystep.decorators import workflow as workflow
+from everystep.scheduling import schedule as schedule
+from everystep.scheduling import start as start
 
 if TYPE_CHECKING:
     from everystep.engine.parallel import Branch
     from everystep.models import Workflow
-
-__all__ = [
-    "deprecate_patch",
-    "fork",
-    "gather",
-    "parallel",
-    "patched",
-    "result",
-    "schedule",
-    "send",
-    "sleep",
-    "sleep_until",
-    "start",
-    "step",
-    "wait_for",
-    "workflow",
-]
 
 
 def parallel(*branches: Branch, everystep_id: str | None = None) -> tuple[Any, ...]:
