@@ -135,8 +135,9 @@ def _refuse_django_task(obj: Any, decorator: str) -> None:
         return
     raise TypeError(
         f"{decorator} cannot decorate {task_name(obj)}, a django.tasks @task: a function "
-        "cannot be both a @task and an everystep workflow or step today. Keep one: "
-        "@workflow (with @step functions it calls), started by everystep.schedule(), for "
-        "a durable run; or @task alone, started by .enqueue(). everystep's backend for "
-        "Django's task framework (coming) will run @task functions as workflows."
+        "cannot be both a @task and an everystep workflow or step. Keep one: "
+        "@workflow (with @step functions it calls), started by everystep.schedule(); or "
+        "@task alone, started by .enqueue(): with TASKS naming "
+        "everystep.tasks.EverystepBackend, the task function runs as a durable workflow "
+        "body and the @step functions it calls are recorded."
     )

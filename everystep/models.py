@@ -220,6 +220,12 @@ class Workflow(EverystepModel):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
     )
     forked_from_step = models.CharField(max_length=300, null=True, blank=True)
+    # A run of a Django ``@task`` (``everystep.tasks``): the task's queue (NULL for every
+    # other run), the attempts so far — one ``{"worker", "at"}`` per claim that was not a
+    # resume — and whether the next claim resumes after a durable wait (not an attempt).
+    queue = models.CharField(max_length=255, null=True, blank=True)
+    attempts = models.JSONField(null=True, blank=True)
+    resumes = models.BooleanField(null=True, blank=True)
 
     class Meta:
         constraints = [

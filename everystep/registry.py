@@ -18,6 +18,9 @@ class WorkflowDef:
 
     name: str
     fn: Callable[..., Any]
+    # The Django ``Task`` whose function ``fn`` calls, for a task's run
+    # (``everystep.engine.task_runs``); None for a ``@workflow``.
+    task: Any = None
 
 
 @dataclass(frozen=True)

@@ -144,9 +144,9 @@ def _not_a_workflow(obj: Any) -> str:
     if is_django_task(obj) and registry.workflow_def(getattr(obj, "func", None)):
         return (
             f"{task_name(obj)} is a django.tasks @task over a @workflow, not a workflow: "
-            "its .enqueue() runs the body as a plain call, nothing recorded. Remove @task "
-            "and schedule the workflow (everystep's backend for Django's task framework, "
-            "coming, will run @task functions as workflows)"
+            "remove @task and schedule the workflow, or remove @workflow and .enqueue() "
+            "the task (with TASKS naming everystep.tasks.EverystepBackend, a task function "
+            "is a durable workflow body)"
         )
     return f"{obj!r} is not a @workflow function"
 

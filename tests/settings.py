@@ -126,6 +126,14 @@ SECRET_KEY = "everystep-tests-only"
 DEBUG = os.environ.get("EVERYSTEP_TEST_DEBUG") == "1"
 USE_TZ = os.environ.get("EVERYSTEP_TEST_USE_TZ", "1") == "1"
 TIME_ZONE = os.environ.get("EVERYSTEP_TEST_TIME_ZONE", "UTC")
+# Django's task framework (Django 6, or the django-tasks backport on 5.2) on everystep
+# (issue 35): tests/testapp/tasks.py defines the tasks; "emails" is a second queue.
+TASKS = {
+    "default": {
+        "BACKEND": "everystep.tasks.EverystepBackend",
+        "QUEUES": ["default", "emails"],
+    }
+}
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",

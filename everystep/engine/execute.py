@@ -13,11 +13,12 @@ from dataclasses import replace
 from typing import Any
 
 from everystep import conf, registry, serde, signals, tracing
+from everystep.engine import task_runs
 from everystep.engine.crashes import simulated_crash
 from everystep.engine.outcome import PassResult, abandon, end_pass, finish
 from everystep.engine.pass_state import Frame, RunState, Scope, current_frame
 from everystep.errors import EverystepError, RunInterrupted, StoreUnavailable, TooManyRecoveries
-from everystep.models import Status
+from everystep.models import FINAL_STATUSES, Status
 from everystep.store import database
 from everystep.store.outcome import merges_records
 from everystep.store.runs import get_run, load_steps
@@ -47,12 +48,16 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
         )
     name = claim.workflow
     assert name is not None
-    defn = registry.lookup(name)
+    defn = task_runs.definition(name)
     refusal = _refusal(claim, name, defn)
     if refusal is not None:
         return finish(claim, name, time.monotonic(), Status.FAILED, exc=refusal)
     assert defn is not None
     state = _new_state(claim, name, should_drain)
+    if defn.task is not None:
+        state.task_result = task_runs.begin(claim)
+        if state.task_result is None:
+            return abandon(claim, name, "the claim no longer holds the run")
     signals.run_started.emit(
         sender=RunState,
         run_id=claim.run_id,
@@ -70,7 +75,10 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
     if not isinstance(outcome, RunInterrupted):
         # everystep.testing's "before_finish": died after the last record, before the outcome.
         outcome = simulated_crash("before_finish", "", name) or outcome
-    return end_pass(state, began, value, outcome)
+    ended = end_pass(state, began, value, outcome)
+    if defn.task is not None and ended.status in FINAL_STATUSES:
+        task_runs.finished(claim, name)
+    return ended
 
 
 def _refusal(claim: Claim, name: str, defn: registry.WorkflowDef | None) -> EverystepError | None:
@@ -87,9 +95,18 @@ def _refusal(claim: Claim, name: str, defn: registry.WorkflowDef | None) -> Ever
     if defn is None:
         return EverystepError(
             f"unknown workflow {name!r}: no @workflow is registered under that name in "
-            "this process (renamed or moved code, or a worker running the wrong project)"
+            "this process (renamed or moved code, or a worker running the wrong project), "
+            f"and it is {_not_a_task(name)}"
         )
     return None
+
+
+def _not_a_task(name: str) -> str:
+    try:
+        task_runs.task_named(name)
+    except EverystepError as exc:
+        return str(exc)
+    return "a task"  # it resolved since: a definition the next pass finds
 
 
 def _new_state(claim: Claim, name: str, should_drain: Callable[[], bool]) -> RunState:

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from everystep import registry, serde
+from everystep import serde
+from everystep.engine import task_runs
 from everystep.engine.check import check_pass, failure_of
 from everystep.errors import EverystepError, ReachedNewWork, RunInterrupted, Terminal
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow, uuid7
@@ -71,13 +72,13 @@ def fork_run(
     run, one not finished, an unknown step, a workflow not registered here, arguments
     that cannot be stored, or a fork that would fail on replay. Nothing is written then."""
     original = _finished_run(run)
-    defn = registry.lookup(original.name)
+    defn = task_runs.definition(original.name)
     if defn is None:
         raise EverystepError(
             f"cannot fork run {original.id}: no @workflow is registered under "
             f"{original.name!r} in the installed code"
         )
-    stored = original.args if args is None else _stored_args(original.name, args)
+    stored = original.args if args is None else _stored_args(original, args)
     records = load_steps(original.id)
     new_id = uuid7()
     plan = plan_fork(original, new_id, stored, records, from_step)
@@ -112,7 +113,7 @@ def refusal(run: Workflow, from_step: str | None) -> str | None:
     out again and writing nothing (for a page showing a refused fork); None if it can."""
     try:
         _finished_run(run)
-        if registry.lookup(run.name) is None:
+        if task_runs.definition(run.name) is None:
             raise EverystepError(f"no @workflow is registered under {run.name!r} here")
         plan_fork(run, uuid7(), run.args, load_steps(run.id), from_step)
     except EverystepError as exc:
@@ -137,10 +138,17 @@ def _finished_run(run: Workflow | UUID | str) -> Workflow:
     return found
 
 
-def _stored_args(name: str, args: Sequence[Any]) -> Any:
+def _stored_args(original: Workflow, args: Sequence[Any]) -> Any:
     if isinstance(args, str | bytes) or not isinstance(args, Sequence):
         raise EverystepError(f"the arguments must be a list, not {type(args).__name__}")
-    return serde.encode(list(args), f"arguments of workflow {name}")
+    if original.queue is not None and not (
+        len(args) == 2 and isinstance(args[0], list | tuple) and isinstance(args[1], dict)
+    ):
+        raise EverystepError(
+            f"run {original.id} is a task's run: its arguments are [args, kwargs] (a list "
+            "and an object), as Django's TaskResult keeps them"
+        )
+    return serde.encode(list(args), f"arguments of workflow {original.name}")
 
 
 def plan_fork(
@@ -191,7 +199,7 @@ def _replay(
 ) -> tuple[set[str], str | None]:
     """Replay the fork-to-be over ``records``: the ids it reached, and the step where its
     new work begins (None: it reached the end). A replay that fails is a refusal."""
-    defn = registry.lookup(original.name)
+    defn = task_runs.definition(original.name)
     assert defn is not None
     # The fork's own id: a wait with no record looks for events sent to the fork.
     run = RunToCheck(new_id, original.name, original.status, args, records)

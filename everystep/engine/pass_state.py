@@ -114,6 +114,9 @@ class RunState:
     # Spans are made for this pass and its steps and forks (``tracing.enabled()``, asked
     # once per pass rather than once per step).
     traced: bool = False
+    # A Django ``@task``'s run: its ``TaskResult`` as this pass began, for the task's
+    # context (``everystep.engine.task_runs``).
+    task_result: Any = None
 
     @property
     def run_id(self) -> UUID:

@@ -37,6 +37,7 @@ def create_fork(
                 id=new_id,
                 name=original.name,
                 args=args,
+                queue=original.queue,
                 forked_from_id=original.id,
                 forked_from_step=from_step,
             )

@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError
+from django.db.models import Case, Value, When
 from django.utils import timezone
 
 from everystep.errors import AlreadyRecorded
@@ -165,6 +166,9 @@ def suspend_run(
             due_at=now if runs and not pending else due,
             waiting_for=_waiting_for(events, pending),
             updated_at=now,
+            # A task's run (``queue`` set) resumes the same attempt when it is claimed
+            # again (``everystep.store.task_attempts``); other runs keep NULL.
+            resumes=Case(When(queue__isnull=False, then=Value(True)), default=Value(None)),
         )
         if not released:
             database.set_rollback()

@@ -49,12 +49,14 @@ def create_run(
     *,
     due_at: Any = None,
     parent: UUID | None = None,
+    queue: str | None = None,
 ) -> Workflow:
     """Insert a ``scheduled`` run in the caller's transaction, due at ``due_at`` (now by
     default), or return the run that already holds ``(name, idempotency_key)``.
-    ``parent``: the run whose body starts this one (``everystep.start``)."""
+    ``parent``: the run whose body starts this one (``everystep.start``); ``queue``: the
+    queue of a Django ``@task``'s run (``everystep.tasks``)."""
     try:
-        return _insert_run(name, args, idempotency_key, due_at or timezone.now(), parent)
+        return _insert_run(name, args, idempotency_key, due_at or timezone.now(), parent, queue)
     except OperationalError as exc:
         refused = too_large(exc)
         if refused is None:
@@ -65,10 +67,17 @@ def create_run(
 
 
 def _insert_run(
-    name: str, args: list[Any], idempotency_key: str | None, due_at: Any, parent: UUID | None
+    name: str,
+    args: list[Any],
+    idempotency_key: str | None,
+    due_at: Any,
+    parent: UUID | None,
+    queue: str | None,
 ) -> Workflow:
     if idempotency_key is None:
-        run = Workflow.objects.create(name=name, args=args, due_at=due_at, parent_id=parent)
+        run = Workflow.objects.create(
+            name=name, args=args, due_at=due_at, parent_id=parent, queue=queue
+        )
         notify_due()
         return run
     try:
@@ -83,6 +92,7 @@ def _insert_run(
                 idempotency_key=idempotency_key,
                 due_at=due_at,
                 parent_id=parent,
+                queue=queue,
             )
             notify_due()
             return run

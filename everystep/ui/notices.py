@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from everystep import registry, safe_text
+from everystep import safe_text
+from everystep.engine import task_runs
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
 from everystep.store.reports import run_steps
@@ -124,7 +125,7 @@ def _resolve_refusal(run: Workflow, form: Any) -> str:
 
 
 def _fork_refusal(run: Workflow, form: Any) -> str:
-    if registry.lookup(run.name) is None:
+    if task_runs.definition(run.name) is None:
         return "not-registered"
     from_step = form.get("from_step", "").strip()
     if from_step and from_step not in {step.step_id for step in run_steps(run.id)}:

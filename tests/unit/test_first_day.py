@@ -63,7 +63,7 @@ def test_workflow_or_step_over_a_django_task_is_a_clear_type_error(
     message = str(caught.value)
     assert "cannot decorate tests.unit.test_first_day.charge, a django.tasks @task" in message
     assert "@workflow (with @step functions it calls), started by everystep.schedule()" in message
-    assert "backend for Django's task framework (coming) will run @task functions" in message
+    assert "with TASKS naming everystep.tasks.EverystepBackend, the task function" in message
     assert registry.lookup("first-day.charge") is None
 
 
@@ -76,8 +76,7 @@ def test_scheduling_a_task_over_a_workflow_says_to_schedule_the_workflow(
     task_object = task(fulfil)
     with pytest.raises(TypeError, match=r"is a django\.tasks @task over a @workflow") as caught:
         schedule(task_object, 1)
-    assert "runs the body as a plain call, nothing recorded" in str(caught.value)
-    assert "Remove @task and schedule the workflow" in str(caught.value)
+    assert "remove @task and schedule the workflow, or remove @workflow" in str(caught.value)
 
 
 @pytest.mark.parametrize("verb", [schedule, start])

@@ -56,6 +56,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "everystep.api",
             "everystep.decorators",
             "everystep.scheduling",
+            "everystep.tasks",
             "everystep.testing",
             "everystep.management",
             "everystep.ui",

@@ -1,0 +1,37 @@
+"""The attempts of a Django ``@task``'s run (``everystep.tasks``): Django counts one per
+worker that took the task up. Here an attempt is a claim that is not a resume: the first
+claim, and each claim after an interruption (a crash, a drain, an operator's requeue,
+orphan recovery). A claim after the run released itself to sleep or to wait
+(``suspend_run`` sets ``resumes``) continues the attempt it belongs to.
+
+Read and written at the start of a task run's pass only: other runs pay nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+
+from everystep.models import Workflow
+from everystep.store.guard import guarded
+from everystep.values import Claim
+
+
+@guarded
+def begin_attempt(claim: Claim) -> tuple[Workflow, bool] | None:
+    """The run of ``claim`` as this pass starts, with the attempt recorded if this claim
+    begins one (the second value: it does). None if the claim no longer holds the run."""
+    run = Workflow.objects.filter(id=claim.run_id).first()
+    if run is None:
+        return None
+    attempts: list[dict[str, Any]] = list(run.attempts or [])
+    new = not (run.resumes and attempts)
+    if new:
+        attempts.append({"worker": claim.runner, "at": timezone.now().isoformat()})
+    # Fenced: a claim that lost the run writes nothing, and its pass is abandoned by the
+    # first fenced write after this one.
+    if not Workflow.objects.held_by(claim).update(attempts=attempts, resumes=None):
+        return None
+    run.attempts, run.resumes = attempts, None
+    return run, new

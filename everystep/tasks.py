@@ -1,0 +1,164 @@
+"""everystep as a backend of Django's task framework: ``django.tasks`` on Django 6, the
+``django-tasks`` backport (``django_tasks``) on Django 5.2::
+
+    TASKS = {"default": {"BACKEND": "everystep.tasks.EverystepBackend"}}
+
+``task.enqueue()`` inserts a run in the caller's transaction, as ``schedule()`` does; a
+worker runs the task function as the run's workflow body, so ``@step`` calls inside it are
+recorded and served on replay. ``get_result()`` reads the run back as a ``TaskResult``
+(``everystep.engine.task_runs`` holds the mapping). No registration: the worker resolves
+a task run's name when it claims it, only to a ``@task`` of this backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+from uuid import UUID
+
+from django.core import checks
+from django.utils import timezone
+
+try:  # Django 6 ships the framework; on Django 5.2 the backport provides it
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.exceptions import TaskResultDoesNotExist
+except ImportError:  # pragma: no cover - the branch taken depends on the Django installed
+    try:
+        from django_tasks.backends.base import BaseTaskBackend  # type: ignore[assignment]
+        from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[assignment]
+    except ImportError as exc:
+        raise ImportError(
+            "everystep.tasks needs Django's task framework: Django >= 6.0, or on Django "
+            "5.2 the django-tasks backport (pip install django-tasks)"
+        ) from exc
+
+from everystep import registry, safe_text, serde
+from everystep.decorators import MAX_NAME_LENGTH
+from everystep.engine import task_runs
+from everystep.engine.waits import as_instant
+from everystep.store.runs import create_run, get_run
+
+# The keys a TASKS entry naming this backend may have; it takes no OPTIONS yet.
+KNOWN_KEYS = frozenset({"BACKEND", "QUEUES", "OPTIONS"})
+KNOWN_OPTIONS: frozenset[str] = frozenset()
+
+
+class EverystepBackend(BaseTaskBackend):
+    """Django ``@task`` functions run as durable everystep workflows."""
+
+    # Recognised by the worker without importing this module (``task_runs.BACKEND_MARK``).
+    everystep_backend = True
+
+    supports_defer = True
+    supports_get_result = True
+    # Async workflows are not built yet: an ``async def`` task is refused by Django at
+    # decoration time, with Django's own message, rather than failing at run time.
+    supports_async_task = False
+    # Runs are claimed in due order; the seeds chose no priorities.
+    supports_priority = False
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self._params = params
+
+    def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        """Insert a run of ``task(*args, **kwargs)`` in the current transaction on
+        everystep's database, due at the task's ``run_after`` (or now)."""
+        self.validate_task(task)
+        name = task.module_path
+        self._check_runnable(task, name)
+        base = task_runs.framework_module(task, "base")
+        # Built before the row: Django normalises the arguments to JSON here, and refuses
+        # what JSON cannot hold, before anything is written.
+        draft = base.TaskResult(
+            task=task,
+            id="",
+            status=base.TaskResultStatus.READY,
+            enqueued_at=None,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=list(args),
+            kwargs=dict(kwargs),
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        stored = serde.encode([draft.args, draft.kwargs], f"arguments of task {name}")
+        due = (
+            timezone.now()
+            if task.run_after is None
+            else as_instant(task.run_after, f"run_after of task {name}")
+        )
+        run = create_run(name, stored, None, due_at=due, queue=task.queue_name)
+        result = task_runs.task_result(run, task)
+        task_runs.framework_module(task, "signals").task_enqueued.send(
+            sender=type(self), task_result=result
+        )
+        return result
+
+    def _check_runnable(self, task: Any, name: str) -> None:
+        """Refuse, before any run is written, a task a worker could not find again."""
+        invalid = task_runs.framework_module(task, "exceptions")
+        error = getattr(invalid, "InvalidTask", None) or invalid.InvalidTaskError
+        try:
+            safe_text.storable_text(name, f"task name {name[:60]!r}")
+        except Exception as exc:
+            raise error(str(exc)) from None
+        if len(name) > MAX_NAME_LENGTH:
+            raise error(
+                f"task {name[:60]}… has a path of {len(name)} characters; runs store "
+                f"names of at most {MAX_NAME_LENGTH}"
+            )
+        if registry.workflow_def(task.func) is not None:
+            raise error(
+                f"task {name} is a @task over a @workflow: remove @workflow (the task "
+                "function is the run's workflow body; the @step functions it calls are "
+                "recorded)"
+            )
+        try:
+            found = task_runs.task_named(name)
+        except Exception as exc:
+            raise error(f"a worker could not run task {name}: {exc}") from None
+        if found.func is not task.func:
+            raise error(f"{name} names another function than this task's in the module")
+
+    def get_result(self, result_id: str) -> Any:
+        """The run ``result_id`` as a ``TaskResult``; Django's ``TaskResultDoesNotExist``
+        for an id that names no task run."""
+        run = None
+        with contextlib.suppress(ValueError):  # not a UUID: no run has it
+            run = get_run(UUID(str(result_id)))
+        if run is None or run.queue is None:
+            raise TaskResultDoesNotExist(f"no task run with id {str(result_id)[:60]!r}")
+        try:
+            task = task_runs.task_named(run.name)
+        except Exception as exc:
+            raise TaskResultDoesNotExist(f"run {run.id}: {exc}") from None
+        return task_runs.task_result(run, task)
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """``manage.py check``: a TASKS entry with keys or OPTIONS this backend does not
+        know (a typo, a setting of another backend) is an error, not silently ignored."""
+        errors: list[checks.CheckMessage] = list(super().check(**kwargs))
+        where = f"TASKS[{self.alias!r}]"
+        for key in sorted(set(self._params) - KNOWN_KEYS):
+            errors.append(
+                checks.Error(
+                    f"{where} has the key {key!r}, which {type(self).__name__} does not "
+                    f"know (it reads {', '.join(sorted(KNOWN_KEYS))})",
+                    id="everystep.E010",
+                )
+            )
+        options = self._params.get("OPTIONS") or {}
+        if not isinstance(options, dict):
+            errors.append(checks.Error(f"{where}['OPTIONS'] must be a dict", id="everystep.E010"))
+            return errors
+        for key in sorted(set(options) - KNOWN_OPTIONS):
+            errors.append(
+                checks.Error(
+                    f"{where}['OPTIONS'] has {key!r}: {type(self).__name__} takes no options",
+                    id="everystep.E010",
+                )
+            )
+        return errors

@@ -1,0 +1,85 @@
+"""Django ``@task`` functions run by everystep's backend (``everystep.tasks``): plain
+ones, one with steps, one that waits durably, one that takes its context. Every step
+body logs an ``Execution`` row, so tests count executions across worker processes."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from everystep import parallel, sleep, step, wait_for
+from tests.testapp.wait_workflows import executed
+
+try:  # Django 6
+    from django.tasks import task
+except ImportError:  # Django 5.2: the backport
+    from django_tasks import task  # type: ignore[no-redef]
+
+
+@task
+def add(a: int, b: int, *, scale: int = 1) -> int:
+    return (a + b) * scale
+
+
+@task
+def explode(message: str) -> None:
+    raise ValueError(f"exploded: {message}")
+
+
+@task(queue_name="emails")
+def notify(address: str) -> str:
+    return f"sent to {address}"
+
+
+@step
+def first(label: str) -> str:
+    executed(f"{label}:first")
+    return "first done"
+
+
+@step
+def second(label: str, gate: str) -> str:
+    """Waits until the file ``gate`` exists: a worker can be killed while it waits."""
+    executed(f"{label}:second")
+    while not Path(gate).exists():
+        time.sleep(0.05)
+    return "second done"
+
+
+@task
+def two_steps(label: str, gate: str) -> list[str]:
+    return [first(label), second(label, gate)]
+
+
+@step
+def shout(word: str) -> str:
+    executed(f"shout:{word}")
+    return word.upper()
+
+
+@task
+def fan_out(words: list[str]) -> list[str]:
+    return parallel(*[lambda word=word: shout(word) for word in words])
+
+
+@task
+def nap(seconds: float) -> str:
+    first("nap")
+    sleep(seconds)
+    return "rested"
+
+
+@task
+def approval(order: int) -> Any:
+    return {"order": order, "approval": wait_for("approve", timeout=60)}
+
+
+@task(takes_context=True)
+def introspect(context: Any, tag: str) -> dict[str, Any]:
+    return {
+        "tag": tag,
+        "attempt": context.attempt,
+        "id": context.task_result.id,
+        "worker_ids": list(context.task_result.worker_ids),
+    }
