@@ -70,11 +70,11 @@ def _project_packages() -> set[str]:
     return {name.partition(".")[0] for name in names if name}
 
 
-def _module(name: str, module_name: str) -> ModuleType:
-    module = sys.modules.get(module_name)
-    if module is not None:
-        return module
-    if module_name.partition(".")[0] not in _project_packages():
+def _module(module_name: str) -> ModuleType:
+    # Through ``import_module`` even when the module is in ``sys.modules``: another pool
+    # thread may be importing it right now, and only the import system waits for that
+    # import to finish (``sys.modules`` alone hands out a half-run module).
+    if module_name not in sys.modules and module_name.partition(".")[0] not in _project_packages():
         raise EverystepError(
             f"module {module_name!r} is not imported and is not part of the project (an "
             "installed app's package, the settings' package or EVERYSTEP_WORKFLOW_MODULES), "
@@ -92,7 +92,7 @@ def _find_task(name: str) -> Any:
     module_name, _, attribute = name.rpartition(".")
     if not module_name:
         raise EverystepError("it is not a dotted path (module.function)")
-    found: Any = getattr(_module(name, module_name), attribute, None)
+    found: Any = getattr(_module(module_name), attribute, None)
     if framework_of(found) is None:
         what = "nothing" if found is None else f"a {type(found).__qualname__}"
         raise EverystepError(

@@ -1,0 +1,110 @@
+"""Django ``@task`` functions run by real worker processes on everystep's backend (issue
+35): a task completes and reads back as a ``TaskResult``; a task whose worker is
+SIGKILLed during its second step resumes after a restart without running the first step's
+body again; a row naming anything but a task fails once and nothing is called."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from everystep.models import Status, Workflow
+from everystep.store.runs import create_run
+from tests.acceptance.conftest import wait_until
+from tests.testapp import tasks
+from tests.testapp.models import Execution
+
+try:  # Django 6
+    from django.tasks import TaskResultStatus
+except ImportError:  # Django 5.2: the backport
+    from django_tasks import TaskResultStatus  # type: ignore[no-redef]
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FAST = ("--poll", "0.1")
+
+
+def finished(*results: object) -> bool:
+    for result in results:
+        result.refresh()  # type: ignore[attr-defined]
+    return all(result.is_finished for result in results)  # type: ignore[attr-defined]
+
+
+def test_a_worker_process_runs_tasks_and_get_result_reads_them(workers):
+    ok = tasks.add.enqueue(2, 3, scale=2)
+    mail = tasks.notify.enqueue("ops@example.com")
+    bad = tasks.explode.enqueue("in a worker")
+    proc = workers("tasker", *FAST)
+    wait_until(lambda: finished(ok, mail, bad), 60, "the tasks to finish")
+    assert ok.status == TaskResultStatus.SUCCESSFUL and ok.return_value == 10
+    assert ok.worker_ids == ["tasker"]
+    assert mail.return_value == "sent to ops@example.com"
+    assert bad.status == TaskResultStatus.FAILED
+    [error] = bad.errors
+    assert error.exception_class_path == "builtins.ValueError"
+    assert "tests/testapp/tasks.py" in error.traceback and "in explode" in error.traceback
+    proc.signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+
+
+def test_a_task_killed_in_its_second_step_does_not_run_its_first_again(workers, tmp_path: Path):
+    gate = tmp_path / "gate"
+    result = tasks.two_steps.enqueue("kill", str(gate))
+    first = workers("tasker", *FAST)
+    wait_until(
+        lambda: Execution.objects.filter(run_id=result.id, step="kill:second").exists(),
+        60,
+        "the second step to start",
+    )
+    first.signal(signal.SIGKILL)
+    first.wait(30)
+    result.refresh()
+    assert result.status == TaskResultStatus.RUNNING, "held by the dead worker"
+    gate.touch()
+    # A restart under the same name takes back what the killed process held.
+    again = workers("tasker", *FAST)
+    wait_until(lambda: finished(result), 60, "the task to finish after the restart")
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == ["first done", "second done"]
+    assert Execution.objects.filter(run_id=result.id, step="kill:first").count() == 1
+    assert Execution.objects.filter(run_id=result.id, step="kill:second").count() == 2
+    assert result.worker_ids == ["tasker", "tasker"], "the claim after the crash is an attempt"
+    again.signal(signal.SIGTERM)
+    assert again.wait(60) == 0
+
+
+def test_a_sleeping_task_is_ready_and_wakes_in_the_same_attempt(workers):
+    result = tasks.nap.enqueue(1.5)
+    proc = workers("napper", *FAST)
+    wait_until(
+        lambda: (
+            Workflow.objects.filter(id=result.id, status=Status.SCHEDULED)
+            .exclude(started_at=None)
+            .exists()
+        ),
+        60,
+        "the task to sleep",
+    )
+    result.refresh()
+    assert result.status == TaskResultStatus.READY
+    wait_until(lambda: finished(result), 60, "the task to wake and finish")
+    assert result.return_value == "rested"
+    assert result.worker_ids == ["napper"]
+    proc.signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+
+
+def test_a_row_named_os_system_is_failed_once_and_nothing_runs(workers, tmp_path: Path):
+    witness = tmp_path / "called"
+    run = create_run("os.system", [[f"touch {witness}"], {}], None, queue="default")
+    proc = workers("guard", *FAST)
+    wait_until(lambda: Workflow.objects.get(id=run.id).status == Status.FAILED, 60, "the refusal")
+    row = Workflow.objects.get(id=run.id)
+    assert "unknown workflow 'os.system'" in row.error["message"]
+    assert "not a django.tasks Task" in row.error["message"]
+    assert not witness.exists(), "os.system was not called"
+    proc.signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    assert "unknown workflow 'os.system'" in proc.log()
