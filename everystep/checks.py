@@ -51,6 +51,46 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         )
     errors += _check_aliases()
+    errors += _check_tasks()
+    return errors
+
+
+# What a TASKS entry naming everystep's backend (``everystep.tasks``) may hold: it takes
+# no OPTIONS yet. Checked here, from the setting alone, so the check runs whichever task
+# framework is installed, and whether or not the backport is an installed app.
+TASKS_BACKEND = "everystep.tasks.EverystepBackend"
+TASKS_KEYS = frozenset({"BACKEND", "QUEUES", "OPTIONS"})
+TASKS_OPTIONS: frozenset[str] = frozenset()
+
+
+def _check_tasks() -> list[checks.CheckMessage]:
+    errors: list[checks.CheckMessage] = []
+    entries = getattr(settings, "TASKS", None)
+    if not isinstance(entries, dict):
+        return errors
+    for alias, entry in entries.items():
+        if not isinstance(entry, dict) or entry.get("BACKEND") != TASKS_BACKEND:
+            continue
+        where = f"TASKS[{alias!r}]"
+        for key in sorted(set(entry) - TASKS_KEYS, key=str):
+            errors.append(
+                checks.Error(
+                    f"{where} has the key {key!r}, which EverystepBackend does not know "
+                    f"(it reads {', '.join(sorted(TASKS_KEYS))})",
+                    id="everystep.E010",
+                )
+            )
+        options = entry.get("OPTIONS") or {}
+        if not isinstance(options, dict):
+            errors.append(checks.Error(f"{where}['OPTIONS'] must be a dict", id="everystep.E010"))
+            continue
+        for key in sorted(set(options) - TASKS_OPTIONS, key=str):
+            errors.append(
+                checks.Error(
+                    f"{where}['OPTIONS'] has {key!r}: EverystepBackend takes no options",
+                    id="everystep.E010",
+                )
+            )
     return errors
 
 

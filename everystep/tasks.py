@@ -7,7 +7,9 @@
 worker runs the task function as the run's workflow body, so ``@step`` calls inside it are
 recorded and served on replay. ``get_result()`` reads the run back as a ``TaskResult``
 (``everystep.engine.task_runs`` holds the mapping). No registration: the worker resolves
-a task run's name when it claims it, only to a ``@task`` of this backend.
+a task run's name when it claims it, only to a ``@task`` of this backend. A TASKS entry
+naming it with keys or OPTIONS it does not know is a system check error
+(``everystep.checks``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import contextlib
 from typing import Any
 from uuid import UUID
 
-from django.core import checks
 from django.utils import timezone
 
 try:  # Django 6 ships the framework; on Django 5.2 the backport provides it
@@ -38,10 +39,6 @@ from everystep.engine import task_runs
 from everystep.engine.waits import as_instant
 from everystep.store.runs import create_run, get_run
 
-# The keys a TASKS entry naming this backend may have; it takes no OPTIONS yet.
-KNOWN_KEYS = frozenset({"BACKEND", "QUEUES", "OPTIONS"})
-KNOWN_OPTIONS: frozenset[str] = frozenset()
-
 
 class EverystepBackend(BaseTaskBackend):
     """Django ``@task`` functions run as durable everystep workflows."""
@@ -56,10 +53,6 @@ class EverystepBackend(BaseTaskBackend):
     supports_async_task = False
     # Runs are claimed in due order; the seeds chose no priorities.
     supports_priority = False
-
-    def __init__(self, alias: str, params: dict[str, Any]) -> None:
-        super().__init__(alias, params)
-        self._params = params
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         """Insert a run of ``task(*args, **kwargs)`` in the current transaction on
@@ -136,29 +129,3 @@ class EverystepBackend(BaseTaskBackend):
         except Exception as exc:
             raise TaskResultDoesNotExist(f"run {run.id}: {exc}") from None
         return task_runs.task_result(run, task)
-
-    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        """``manage.py check``: a TASKS entry with keys or OPTIONS this backend does not
-        know (a typo, a setting of another backend) is an error, not silently ignored."""
-        errors: list[checks.CheckMessage] = list(super().check(**kwargs))
-        where = f"TASKS[{self.alias!r}]"
-        for key in sorted(set(self._params) - KNOWN_KEYS):
-            errors.append(
-                checks.Error(
-                    f"{where} has the key {key!r}, which {type(self).__name__} does not "
-                    f"know (it reads {', '.join(sorted(KNOWN_KEYS))})",
-                    id="everystep.E010",
-                )
-            )
-        options = self._params.get("OPTIONS") or {}
-        if not isinstance(options, dict):
-            errors.append(checks.Error(f"{where}['OPTIONS'] must be a dict", id="everystep.E010"))
-            return errors
-        for key in sorted(set(options) - KNOWN_OPTIONS):
-            errors.append(
-                checks.Error(
-                    f"{where}['OPTIONS'] has {key!r}: {type(self).__name__} takes no options",
-                    id="everystep.E010",
-                )
-            )
-        return errors

@@ -16,6 +16,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from everystep import fork, send
+from everystep.checks import check_settings
 from everystep.engine import task_runs
 from everystep.engine.check import check_replay
 from everystep.errors import EverystepError
@@ -328,13 +329,54 @@ def test_the_replay_check_and_fork_work_on_a_task_run():
 
 
 def test_system_check_reports_keys_and_options_the_backend_does_not_know():
-    backend = EverystepBackend(
-        "default",
-        {"BACKEND": "everystep.tasks.EverystepBackend", "QUEUE": ["x"], "OPTIONS": {"poll": 1}},
-    )
-    messages = [(m.id, m.msg) for m in backend.check()]
-    assert ("everystep.E010", messages[0][1]) == messages[0]
-    assert "has the key 'QUEUE'" in messages[0][1]
-    assert "has 'poll'" in messages[1][1] and "takes no options" in messages[1][1]
-    clean = EverystepBackend("default", {"BACKEND": "x", "QUEUES": ["default"]})
-    assert list(clean.check()) == []
+    entry = {"BACKEND": "everystep.tasks.EverystepBackend", "QUEUE": ["x"], "OPTIONS": {"poll": 1}}
+    other = {"BACKEND": "elsewhere.Backend", "OPTIONS": {"anything": 1}}
+    with override_settings(TASKS={"default": entry, "other": other}):
+        messages = [(m.id, m.msg) for m in check_settings() if m.id == "everystep.E010"]
+    assert messages == [
+        (
+            "everystep.E010",
+            "TASKS['default'] has the key 'QUEUE', which EverystepBackend does not know "
+            "(it reads BACKEND, OPTIONS, QUEUES)",
+        ),
+        (
+            "everystep.E010",
+            "TASKS['default']['OPTIONS'] has 'poll': EverystepBackend takes no options",
+        ),
+    ]
+    assert not [m for m in check_settings() if m.id == "everystep.E010"], "the suite's TASKS"
+
+
+def test_manage_py_check_reports_it():
+    """Through ``manage.py check``, whichever task framework is installed."""
+    import os
+
+    from tests.workers import manage
+
+    env = dict(os.environ, EVERYSTEP_TEST_TASKS_OPTIONS="1")
+    done = manage(env, "check")
+    assert done.returncode != 0
+    assert "everystep.E010" in done.stderr
+
+
+def test_aenqueue_and_aget_result_from_async_code():
+    """Django's async API works through the backend (run in a thread, as Django's base
+    backend does; async workflows themselves are not built yet)."""
+    import asyncio
+
+    result = asyncio.run(tasks.add.aenqueue(4, 5, scale=2))
+    assert result.status == TaskResultStatus.READY
+    run_due()
+    fetched = asyncio.run(tasks.add.aget_result(result.id))
+    assert fetched.return_value == 18
+    asyncio.run(result.arefresh())
+    assert result.status == TaskResultStatus.SUCCESSFUL
+
+
+def test_an_async_task_is_refused_by_django_while_async_workflows_are_not_built():
+    async def fetch() -> None:
+        return None
+
+    fetch.__qualname__ = fetch.__name__  # module level, as Django requires
+    with pytest.raises(InvalidTask, match="async"):
+        django_task(fetch)
