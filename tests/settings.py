@@ -128,7 +128,7 @@ USE_TZ = os.environ.get("EVERYSTEP_TEST_USE_TZ", "1") == "1"
 TIME_ZONE = os.environ.get("EVERYSTEP_TEST_TIME_ZONE", "UTC")
 # Django's task framework (Django 6, or the django-tasks backport on 5.2) on everystep
 # (issue 35): tests/testapp/tasks.py defines the tasks; "emails" is a second queue.
-TASKS = {
+TASKS: dict[str, dict[str, Any]] = {
     "default": {
         "BACKEND": "everystep.tasks.EverystepBackend",
         "QUEUES": ["default", "emails"],
