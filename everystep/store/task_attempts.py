@@ -2,7 +2,9 @@
 worker that took the task up. Here an attempt is a claim that is not a resume: the first
 claim, and each claim after an interruption (a crash, a drain, an operator's requeue,
 orphan recovery). A claim after the run released itself to sleep or to wait
-(``suspend_run`` sets ``resumes``) continues the attempt it belongs to.
+(``suspend_run`` sets ``resumes``) continues the attempt it belongs to. Each attempt is
+``{"worker", "at", "claim"}``: the runner, when it began, and the claim token now
+carrying it.
 
 Read and written at the start of a task run's pass only: other runs pay nothing.
 """
@@ -26,9 +28,15 @@ def begin_attempt(claim: Claim) -> tuple[Workflow, bool] | None:
     if run is None:
         return None
     attempts: list[dict[str, Any]] = list(run.attempts or [])
-    new = not (run.resumes and attempts)
+    token = str(claim.token)
+    last = attempts[-1] if attempts and isinstance(attempts[-1], dict) else None
+    # Not an attempt: a resume after a durable wait, or this very claim's pass run again
+    # (the worker retries a pass the database interrupted, under the same claim).
+    new = last is None or not (run.resumes or last.get("claim") == token)
     if new:
-        attempts.append({"worker": claim.runner, "at": timezone.now().isoformat()})
+        attempts.append({"worker": claim.runner, "at": timezone.now().isoformat(), "claim": token})
+    else:
+        attempts[-1] = {**last, "claim": token}
     # Fenced: a claim that lost the run writes nothing, and its pass is abandoned by the
     # first fenced write after this one.
     if not Workflow.objects.held_by(claim).update(attempts=attempts, resumes=None):

@@ -381,3 +381,15 @@ def test_an_async_task_is_refused_by_django_while_async_workflows_are_not_built(
     fetch.__qualname__ = fetch.__name__  # module level, as Django requires
     with pytest.raises(InvalidTask, match="async"):
         django_task(fetch)
+
+
+def test_a_pass_run_again_under_the_same_claim_is_not_a_new_attempt():
+    """The worker runs a pass again under the same claim when the database interrupted
+    it (``retry``): that is still the attempt it began."""
+    from everystep.store.claims import claim_due
+
+    result = tasks.add.enqueue(1, 1)
+    [claim] = claim_due("only-worker", 1)
+    assert task_runs.begin(claim) is not None
+    assert task_runs.begin(claim) is not None
+    assert tasks.add.get_result(result.id).worker_ids == ["only-worker"]
