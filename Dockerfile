@@ -41,8 +41,8 @@ RUN set -eu; \
     done; \
     /opt/everystep/bin/pip install -c "$CONSTRAINTS" --upgrade pip setuptools; \
     /opt/everystep/bin/pip install -c "$CONSTRAINTS" --no-build-isolation \
-        "/src[postgres,mysql,metrics,sentry]" /src/image; \
-    /opt/everystep/bin/python -c "import MySQLdb, psycopg, sqlite3, everystep_runner.cli"
+        "/src[postgres,mysql,metrics,sentry,tasks]" /src/image; \
+    /opt/everystep/bin/python -c "import MySQLdb, psycopg, sqlite3, django_tasks, everystep_runner.cli"
 
 FROM ${BASE_IMAGE}
 # Keep equal to everystep.__version__ (tests/unit/test_version.py checks).

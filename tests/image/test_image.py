@@ -287,3 +287,45 @@ def test_check_replay_role_checks_the_database_against_the_image_code(image, dat
     assert passing.returncode == 0, passing.stdout + passing.stderr
     report = json.loads(passing.stdout)
     assert report["ok"] is True and report["checked"] >= 2
+
+
+def test_the_worker_runs_django_tasks_of_the_mounted_project(image, database, containers):
+    """A @task of the mounted project, enqueued on the host, runs in the image's worker
+    (Django 5.2 with the django-tasks backport the image ships) as a durable workflow:
+    its step recorded, its result stored."""
+    host_runner(database, "migrate", "--noinput", "-v", "0")
+    code = (
+        "from shop.tasks import send_receipt; "
+        "[send_receipt.enqueue(i, channel='sms') for i in range(3)]"
+    )
+    host_runner(database, "shell", "-c", code)
+    name = start(
+        containers,
+        image,
+        "es-task-worker",
+        env=project_env(database, EVERYSTEP_NAME="task-worker"),
+    )
+
+    def done() -> int:
+        rows = database.query(
+            "SELECT count(*) FROM everystep_workflow WHERE name = 'shop.tasks.send_receipt' "
+            "AND status = 'completed' AND queue = 'default'"
+        )
+        return rows[0][0]
+
+    wait_for(lambda: done() == 3, 120, "3 task runs", name)
+    steps = database.query(
+        "SELECT count(*) FROM everystep_step s JOIN everystep_workflow w "
+        "ON s.workflow_id = w.id WHERE w.name = 'shop.tasks.send_receipt'"
+    )
+    assert steps[0][0] == 3, "one recorded step per task run"
+    results = database.query(
+        "SELECT result FROM everystep_workflow WHERE name = 'shop.tasks.send_receipt'"
+    )
+    assert sorted(str(row[0]) for row in results) == [
+        "sms:receipt-0",
+        "sms:receipt-1",
+        "sms:receipt-2",
+    ]
+    podman("stop", "-t", "30", name, timeout=60)
+    assert exit_code(name) == 0

@@ -15,7 +15,7 @@ from tests.packaging.conftest import ROOT
 
 CONSTRAINTS = ROOT / "image" / "constraints.txt"
 # Extras of the library the Dockerfile installs.
-IMAGE_EXTRAS = ("postgres", "mysql", "metrics", "sentry")
+IMAGE_EXTRAS = ("postgres", "mysql", "metrics", "sentry", "tasks")
 
 
 def pins() -> dict[str, Version]:

@@ -40,6 +40,8 @@ X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 USE_TZ = True
+# Django's task framework on everystep: shop/tasks.py's @task runs as a durable workflow.
+TASKS = {"default": {"BACKEND": "everystep.tasks.EverystepBackend"}}
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
