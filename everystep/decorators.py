@@ -8,13 +8,13 @@ before Django is fully set up.
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
 from everystep import registry, safe_text, serde
 from everystep.errors import EverystepError
 from everystep.registry import StepDef, WorkflowDef
+from everystep.task_framework import framework_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R")
@@ -107,19 +107,9 @@ def step(fn: Any = None, /, *, unsafe_to_repeat: bool = False, atomic: bool = Fa
     return wrap(fn) if fn is not None else wrap
 
 
-# Where Django's task framework defines ``Task``: Django 6 itself, and the django-tasks
-# backport for Django 5.2. Read from ``sys.modules``: a ``@task`` object exists only once
-# its module is imported, and ``import everystep`` must not import Django.
-_TASK_MODULES = ("django.tasks.base", "django_tasks.base")
-
-
 def is_django_task(obj: Any) -> bool:
     """True for a ``Task`` object of Django's task framework (or its backport)."""
-    for module in _TASK_MODULES:
-        task_class = getattr(sys.modules.get(module), "Task", None)
-        if isinstance(task_class, type) and isinstance(obj, task_class):
-            return True
-    return False
+    return framework_of(obj) is not None
 
 
 def task_name(task: Any) -> str:

@@ -38,6 +38,7 @@ from everystep.decorators import MAX_NAME_LENGTH
 from everystep.engine import task_runs
 from everystep.engine.waits import as_instant
 from everystep.store.runs import create_run, get_run
+from everystep.task_framework import framework_module
 
 
 class EverystepBackend(BaseTaskBackend):
@@ -60,7 +61,7 @@ class EverystepBackend(BaseTaskBackend):
         self.validate_task(task)
         name = task.module_path
         self._check_runnable(task, name)
-        base = task_runs.framework_module(task, "base")
+        base = framework_module(task, "base")
         # Built before the row: Django normalises the arguments to JSON here, and refuses
         # what JSON cannot hold, before anything is written.
         draft = base.TaskResult(
@@ -85,14 +86,12 @@ class EverystepBackend(BaseTaskBackend):
         )
         run = create_run(name, stored, None, due_at=due, queue=task.queue_name)
         result = task_runs.task_result(run, task)
-        task_runs.framework_module(task, "signals").task_enqueued.send(
-            sender=type(self), task_result=result
-        )
+        framework_module(task, "signals").task_enqueued.send(sender=type(self), task_result=result)
         return result
 
     def _check_runnable(self, task: Any, name: str) -> None:
         """Refuse, before any run is written, a task a worker could not find again."""
-        invalid = task_runs.framework_module(task, "exceptions")
+        invalid = framework_module(task, "exceptions")
         error = getattr(invalid, "InvalidTask", None) or invalid.InvalidTaskError
         try:
             safe_text.storable_text(name, f"task name {name[:60]!r}")

@@ -29,33 +29,14 @@ from everystep.models import Status, Workflow
 from everystep.registry import WorkflowDef
 from everystep.store.runs import get_run
 from everystep.store.task_attempts import begin_attempt
+from everystep.task_framework import framework_module, framework_of
 from everystep.values import Claim
 
 logger = logging.getLogger("everystep.run")
 
-# The packages that define Django's task framework: Django 6 itself, and the backport.
-FRAMEWORKS = ("django.tasks", "django_tasks")
-
 # The attribute an everystep backend carries, so the engine can recognise one without
 # importing ``everystep.tasks`` (an edge module).
 BACKEND_MARK = "everystep_backend"
-
-
-def framework_of(obj: Any) -> str | None:
-    """The framework package (``FRAMEWORKS``) whose ``Task`` ``obj`` is, or None."""
-    for package in FRAMEWORKS:
-        base = sys.modules.get(f"{package}.base")
-        task_class = getattr(base, "Task", None)
-        if isinstance(task_class, type) and isinstance(obj, task_class):
-            return package
-    return None
-
-
-def framework_module(task: Any, name: str) -> ModuleType:
-    """The module ``name`` (``base``, ``signals``, ``exceptions``) of ``task``'s framework."""
-    package = framework_of(task)
-    assert package is not None, "framework_module() of an object that is no Task"
-    return importlib.import_module(f"{package}.{name}")
 
 
 def _project_packages() -> set[str]:

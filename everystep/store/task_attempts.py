@@ -35,7 +35,7 @@ def begin_attempt(claim: Claim) -> tuple[Workflow, bool] | None:
     new = last is None or not (run.resumes or last.get("claim") == token)
     if new:
         attempts.append({"worker": claim.runner, "at": timezone.now().isoformat(), "claim": token})
-    else:
+    elif last is not None:
         attempts[-1] = {**last, "claim": token}
     # Fenced: a claim that lost the run writes nothing, and its pass is abandoned by the
     # first fenced write after this one.

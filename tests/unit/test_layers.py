@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "everystep.wait_words",
             "everystep.times",
             "everystep.registry",
+            "everystep.task_framework",
             "everystep.conf",
             "everystep.checks",
         ),
