@@ -11,7 +11,11 @@ between; the comments are invisible on the site). The actions:
   ``NAME = [*NAME, items]``.
 - ``write PATH`` (```python): written as the new file ``PATH`` of the project.
 - ``run`` (```sh): run with bash in the project directory; it must exit 0.
-- ``worker`` (```sh, one command): started in the background as the worker process.
+- ``backport`` (```sh): run as ``run`` is, but only when the virtualenv's Django has no
+  ``django.tasks`` (Django 5.2), as the page tells Django 5.2 users to.
+- ``worker`` (```sh, one command): started in the background as the worker process; a
+  later ``worker`` block restarts it (SIGTERM, which must end it with 0, then the command
+  again), as a user restarts a worker to load new settings.
 - ``shell`` (```python, after the worker): run with ``python manage.py shell`` in the
   project directory while the worker runs, after ``from MODULE import *`` of each module the
   page wrote (the page's examples share one namespace; a user imports them in the shell).
@@ -38,6 +42,7 @@ LANGUAGES = {
     "append": "python",
     "write": "python",
     "run": "sh",
+    "backport": "sh",
     "worker": "sh",
     "shell": "python",
 }

@@ -6,7 +6,10 @@ SQLite); the page's settings excerpts, its ``workflows.py`` and its commands, re
 page (``tests/packaging/quickstart_page.py`` says how blocks are marked); then a real
 ``everystep_worker`` process runs the scheduled run to ``completed``, the page's Python
 blocks run in ``manage.py shell`` beside it (several times each, so a block that races the
-worker shows), and the worker stops on SIGTERM.
+worker shows), and the worker stops on SIGTERM. Then the page's ``@task`` variant: the
+django-tasks backport where Django is 5.2, ``TASKS`` naming everystep's backend, a
+``tasks.py``, the worker restarted, a task enqueued from a shell that the worker completes
+and ``get_result`` reports ``SUCCESSFUL`` with its return value.
 """
 
 from __future__ import annotations
@@ -37,12 +40,15 @@ class Quickstart:
         self.home = home
         self.env = clean_env(PATH=f"{venv}:{clean_env()['PATH']}", VIRTUAL_ENV=str(venv.parent))
         self.project: Path | None = None
-        self.printed: list[str] = []  # stdout of every command, for the run ids
+        # The stdout of every command that runs code in ``manage.py shell``: the page's
+        # commands that schedule a run or enqueue a task, each printing its id.
+        self.printed: list[str] = []
         self.written: list[str] = []  # the modules the page wrote, as dotted names
 
     def sh(self, block: Block, cwd: Path) -> None:
         done = run(["bash", "-euo", "pipefail", "-c", block.code], cwd=cwd, env=self.env)
-        self.printed.append(done.stdout)
+        if "manage.py shell" in block.code:
+            self.printed.append(done.stdout)
 
     def new_project(self, block: Block) -> None:
         self.sh(block, self.home)
@@ -65,6 +71,13 @@ class Quickstart:
         automatic imports)."""
         imports = "".join(f"from {module} import *\n" for module in self.written)
         self.manage("shell", "-v", "0", "-c", imports + "".join(b.code for b in session))
+
+    def has_django_tasks(self) -> bool:
+        """Whether the virtualenv's Django ships ``django.tasks`` (Django 6)."""
+        found = subprocess.run(
+            ["python", "-c", "import django.tasks"], capture_output=True, env=self.env
+        )
+        return found.returncode == 0
 
     def manage(self, *args: str) -> str:
         assert self.project is not None
@@ -102,16 +115,37 @@ def test_the_page_runs_its_python_blocks_beside_the_worker():
     assert any("run_due()" in b.code and "result(" in b.code for b in shells)
 
 
+def test_the_page_follows_a_task_variant_with_the_worker_restarted():
+    """The @task variant is marked for this tier: the backport for Django 5.2, TASKS naming
+    everystep's backend, a tasks module with a @task calling a @step, a worker restarted
+    after them, a task enqueued from a shell, and get_result in a shell block."""
+    page = blocks()
+    actions = [b.action for b in page]
+    tasks_at = next(i for i, b in enumerate(page) if "everystep.tasks.EverystepBackend" in b.code)
+    assert page[tasks_at].action == "append" and "TASKS" in page[tasks_at].code
+    backport = actions.index("backport")
+    assert backport < tasks_at and "pip install django-tasks" in page[backport].code
+    module = next(b for b in page if b.action == "write" and b.target == "orders/tasks.py")
+    assert "@task" in module.code and "@step" in module.code
+    restart = len(actions) - 1 - actions[::-1].index("worker")
+    assert actions.count("worker") == 2 and tasks_at < restart
+    later = page[restart + 1 :]
+    assert any(b.action == "run" and ".enqueue(" in b.code for b in later)
+    assert any(b.action == "shell" and ".get_result(" in b.code for b in later)
+
+
 def test_the_quickstart_runs_from_the_built_wheel(venv: Path, tmp_path: Path):
-    """Following docs/quickstart.md in a new project with the wheel, the command that
-    schedules a run prints its id alone, the worker completes that run and logs it, the
-    page's Python blocks pass in a shell beside the worker each time they run, and the
-    worker exits 0 on SIGTERM."""
+    """Following docs/quickstart.md in a new project with the wheel, each command that
+    schedules a run or enqueues a task prints its id alone, a worker completes those runs
+    and logs them, the page's Python blocks pass in a shell beside the worker each time
+    they run, each worker exits 0 on SIGTERM (the page restarts it once, for TASKS), and
+    get_result reports the enqueued task SUCCESSFUL with its return value, run by the
+    worker."""
     user = Quickstart(venv, tmp_path)
     page = blocks()
-    assert [b.action for b in page].count("worker") == 1
-    worker, log, shells = None, tmp_path / "worker.log", 0
-    before: list[str] = []  # what the commands before the worker printed
+    worker: subprocess.Popen[bytes] | None = None
+    logs: list[Path] = []
+    shells = 0
     try:
         for block, session in _with_sessions(page):
             if session:
@@ -123,29 +157,32 @@ def test_the_quickstart_runs_from_the_built_wheel(venv: Path, tmp_path: Path):
                 user.new_project(block)
             elif block.action in ("append", "write"):
                 user.edit(block)
-            elif block.action == "run":
+            elif block.action in ("run", "backport"):
                 assert user.project is not None, "a command before the project exists"
-                user.sh(block, user.project)
+                if block.action == "run" or not user.has_django_tasks():
+                    user.sh(block, user.project)
             else:
-                before = list(user.printed)
-                worker = _start_worker(user, block, log)
-                _wait_for_final_runs(user, worker, log)
+                if worker is not None:
+                    _stop_worker(worker, logs[-1])
+                logs.append(tmp_path / f"worker-{len(logs)}.log")
+                worker = _start_worker(user, block, logs[-1])
+                _wait_for_final_runs(user, worker, logs[-1])
         assert worker is not None
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(timeout=WAIT) == 0, log.read_text()
+        _wait_for_final_runs(user, worker, logs[-1])
+        _stop_worker(worker, logs[-1])
     finally:
         if worker is not None and worker.poll() is None:
             worker.kill()
             worker.wait()
 
-    scheduled = set(UUID.findall("".join(before)))
-    assert scheduled, "the page's commands printed no run id before the worker started"
-    assert _printed_ids_alone(before), before
+    scheduled = UUID.findall("".join(user.printed))
+    assert len(scheduled) == 2, "the page schedules a run and enqueues a task from a shell"
+    assert _printed_ids_alone(user.printed), user.printed
     assert shells, "the page has no Python block for the shell beside the worker"
 
     runs = {r["id"]: r for r in user.runs()}
-    assert scheduled <= set(runs)
-    output = log.read_text()
+    assert set(scheduled) <= set(runs)
+    output = "".join(log.read_text() for log in logs)
     for run_id in scheduled:
         summary = runs[run_id]
         assert summary["status"] == "completed", (summary, output)
@@ -153,6 +190,25 @@ def test_the_quickstart_runs_from_the_built_wheel(venv: Path, tmp_path: Path):
     # The shell blocks' runs (their own asserts checked them): completed, or stopped by
     # Terminal as the page says; never left unfinished or failed.
     assert {r["status"] for r in runs.values()} <= {"completed", "stopped"}, runs
+
+    task_id = scheduled[-1]
+    assert runs[task_id]["name"] == "orders.tasks.ship"
+    read = (
+        "from orders.tasks import ship\n"
+        f"r = ship.get_result({task_id!r})\n"
+        "print(json.dumps([r.status, r.return_value, r.worker_ids]))\n"
+    )
+    status, value, worker_ids = json.loads(
+        user.manage("shell", "-v", "0", "-c", "import json\n" + read)
+    )
+    assert (status, value) == ("SUCCESSFUL", "parcel-7 shipped")
+    assert len(worker_ids) == 1 and worker_ids[0] in logs[-1].read_text(), worker_ids
+
+
+def _stop_worker(worker: subprocess.Popen[bytes], log: Path) -> None:
+    """SIGTERM, as Ctrl-C or a process manager stops it: the worker drains and exits 0."""
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=WAIT) == 0, log.read_text()
 
 
 def _with_sessions(page: list[Block]) -> list[tuple[Block, list[Block]]]:
@@ -172,7 +228,7 @@ def _with_sessions(page: list[Block]) -> list[tuple[Block, list[Block]]]:
 
 def _printed_ids_alone(printed: list[str]) -> bool:
     """A command that prints a run id prints that alone, so ``RUN=$(…)`` captures it."""
-    return all(UUID.fullmatch(out.strip()) for out in printed if UUID.search(out))
+    return all(UUID.fullmatch(out.strip()) for out in printed)
 
 
 def _start_worker(user: Quickstart, block: Block, log: Path) -> subprocess.Popen[bytes]:
