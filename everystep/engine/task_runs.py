@@ -94,29 +94,37 @@ def _find_task(name: str) -> Any:
     return found
 
 
-# Resolved once per name: a name that resolves names the same task for the process's life.
-_tasks: dict[str, Any] = {}
+# What each name resolved to: the module it was found in and the task. Served again only
+# while that module is still imported and still holds that task, so a module imported
+# afresh (a reload, a test running a page's code twice) is resolved afresh.
+_tasks: dict[str, tuple[ModuleType, Any]] = {}
 
 
 def task_named(name: str) -> Any:
     """The ``Task`` a task run named ``name`` runs; ``EverystepError`` saying why when
     the name names none (nothing under it is called)."""
-    task = _tasks.get(name)
-    if task is None:
-        try:
-            task = _find_task(name)
-        except EverystepError as exc:
-            raise EverystepError(f"not a task everystep can run: {exc}") from None
-        _tasks[name] = task
+    module_name, _, attribute = name.rpartition(".")
+    known = _tasks.get(name)
+    if known is not None:
+        module, task = known
+        if sys.modules.get(module_name) is module and getattr(module, attribute, None) is task:
+            return task
+    try:
+        task = _find_task(name)
+    except EverystepError as exc:
+        raise EverystepError(f"not a task everystep can run: {exc}") from None
+    _tasks[name] = (sys.modules[module_name], task)
     return task
 
 
-@functools.lru_cache(maxsize=1024)
 def task_definition(name: str) -> WorkflowDef:
     """The workflow definition of the task run ``name``: its body is the task function,
     called with the run's stored ``[args, kwargs]`` (and the context if it takes one)."""
-    task = task_named(name)
+    return _definition_of(name, task_named(name))
 
+
+@functools.lru_cache(maxsize=1024)
+def _definition_of(name: str, task: Any) -> WorkflowDef:
     def body(args: list[Any], kwargs: dict[str, Any]) -> Any:
         if task.takes_context:
             context = framework_module(task, "base").TaskContext(task_result=_current_result(task))

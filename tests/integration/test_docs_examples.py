@@ -34,7 +34,6 @@ import pytest
 from django.db import connections
 from django.db.models.signals import post_save
 
-from everystep.engine import task_runs
 from everystep.engine.execute import run_pass
 from everystep.models import Workflow
 from everystep.store.claims import claim_due
@@ -198,14 +197,3 @@ def run_examples(page: Path) -> None:
                 exec(compile(padded, str(page), "exec"), module.__dict__)
     finally:
         del sys.modules[name]
-        _forget_tasks(name)
-
-
-def _forget_tasks(module: str) -> None:
-    """Forget the ``@task`` functions of the page's module that this process resolved: a
-    worker resolves a task's name once per process, and the next run of the page defines
-    its tasks anew under the same names (enqueue refuses a name resolved to another
-    function)."""
-    for name in [name for name in task_runs._tasks if name.startswith(f"{module}.")]:
-        del task_runs._tasks[name]
-    task_runs.task_definition.cache_clear()
