@@ -52,12 +52,13 @@ class RunFilter:
     created_before: datetime | None = None
     runner: str | None = None
     parent: UUID | None = None
+    queue: str | None = None
 
     def __post_init__(self) -> None:
         if all(getattr(self, given.name) is None for given in fields(self)):
             raise EverystepError(
                 "a bulk action needs a filter (workflow, status, created after or before, "
-                "runner, parent); to act on every run in a status, name that status"
+                "runner, parent, queue); to act on every run in a status, name that status"
             )
         if self.status is not None and self.status not in Status.values:
             raise EverystepError(
@@ -67,7 +68,11 @@ class RunFilter:
     def runs(self) -> WorkflowQuerySet:
         """The matching runs, as a queryset (nothing is read yet)."""
         runs = filtered_runs(
-            status=self.status, name=self.workflow, runner=self.runner, parent=self.parent
+            status=self.status,
+            name=self.workflow,
+            runner=self.runner,
+            parent=self.parent,
+            queue=self.queue,
         )
         return runs.filter(**id_bounds(self.created_after, self.created_before))
 

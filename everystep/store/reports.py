@@ -76,6 +76,7 @@ def list_runs(
     name: str | None = None,
     runner: str | None = None,
     parent: UUID | None = None,
+    queue: str | None = None,
     limit: int,
     created_after: datetime | None = None,
     created_before: datetime | None = None,
@@ -85,14 +86,17 @@ def list_runs(
 ) -> list[Workflow]:
     """The most recent runs, newest first, without their (possibly large) JSON payloads.
 
-    ``parent`` keeps the runs that run's body started (its children).
+    ``parent`` keeps the runs that run's body started (its children); ``queue`` the
+    runs of Django tasks enqueued on that queue.
     ``created_after`` (inclusive) and ``created_before`` (exclusive) bound the creation
     time; ``search`` keeps the runs it finds (see ``search_parts``). Keyset paging:
     ``older_than`` gives the ``limit`` runs just below that id, ``newer_than`` the
     ``limit`` runs just above it (still newest first), so a page never shifts when new
     runs arrive meanwhile.
     """
-    runs = filtered_runs(status=status, name=name, runner=runner, parent=parent).defer(*_PAYLOADS)
+    runs = filtered_runs(status=status, name=name, runner=runner, parent=parent, queue=queue).defer(
+        *_PAYLOADS
+    )
     runs = runs.filter(**id_bounds(created_after, created_before, older_than, newer_than))
     upward = newer_than is not None and older_than is None
     parts = [runs] if search is None else search_parts(runs, search)
@@ -111,6 +115,7 @@ def filtered_runs(
     name: str | None = None,
     runner: str | None = None,
     parent: UUID | None = None,
+    queue: str | None = None,
 ) -> WorkflowQuerySet:
     """The runs the runs list's filters keep (bulk actions use the same ones)."""
     runs: WorkflowQuerySet = Workflow.objects.all()
@@ -123,6 +128,10 @@ def filtered_runs(
     if parent is not None:
         # Served by the foreign key's index on parent_id.
         runs = runs.filter(parent_id=parent)
+    if queue is not None:
+        # No index of its own: it narrows the other filters' rows, or walks the runs
+        # newest first until a page is found.
+        runs = runs.filter(queue=queue)
     return runs
 
 
@@ -322,6 +331,7 @@ def status_counts(
     name: str | None = None,
     runner: str | None = None,
     parent: UUID | None = None,
+    queue: str | None = None,
     created_after: datetime | None = None,
     created_before: datetime | None = None,
     cap: int = COUNT_CAP,
@@ -336,7 +346,7 @@ def status_counts(
     workflow; ``claimed_by, status, name`` for a runner), so the runs page costs the same
     with a million finished runs as with a thousand.
     """
-    runs = filtered_runs(name=name, runner=runner, parent=parent)
+    runs = filtered_runs(name=name, runner=runner, parent=parent, queue=queue)
     runs = runs.filter(**id_bounds(created_after, created_before))
     return {status: _capped_count(runs.filter(status=status), cap) for status in Status.values}
 

@@ -11,9 +11,20 @@ from uuid import UUID
 
 from everystep.models import Step
 
-# The order of the step table, the graph's input and the timeline's lanes; ``step_id``
-# is unique within a run, so pages never overlap.
+# The order steps are read in (the graph's input, the timeline's lanes); ``step_id`` is
+# unique within a run, so reads never overlap. The table shows them by id (``step_key``).
 STEP_ORDER = ("started_at", "step_id")
+
+
+def step_key(step_id: str) -> tuple[tuple[int, int, str], ...]:
+    """The step table's order: ids compared segment by segment, numbers as numbers
+    (``1.10`` after ``1.9``, ``2`` after ``1.4``), a named segment (``everystep_id=``)
+    after the numbered ones, by its text. Start order would list a fork's concurrent
+    branches in whatever order their threads began; that order is the timeline's."""
+    return tuple(
+        (0, int(part), "") if part.isascii() and part.isdigit() else (1, 0, part)
+        for part in step_id.split(".")
+    )
 
 
 @dataclass(frozen=True)
@@ -54,7 +65,15 @@ _ROW_FIELDS = [f.name for f in fields(StepRow)]
 
 
 def step_rows(run_id: UUID | str, offset: int, limit: int) -> list[StepRow]:
-    """Whole rows of steps ``offset`` to ``offset + limit`` of a run, in the same order;
+    """Whole rows of steps ``offset`` to ``offset + limit`` of a run, in start order;
     tuples too (a model instance per row was a third of reading every step of a big run)."""
     steps = Step.objects.filter(workflow_id=run_id).order_by(*STEP_ORDER)
     return [StepRow(*row) for row in steps.values_list(*_ROW_FIELDS)[offset : offset + limit]]
+
+
+def step_rows_of(run_id: UUID | str, step_ids: list[str]) -> list[StepRow]:
+    """Whole rows of the steps ``step_ids`` of a run (one page of the table), in the
+    table's order."""
+    steps = Step.objects.filter(workflow_id=run_id, step_id__in=step_ids)
+    rows = [StepRow(*row) for row in steps.values_list(*_ROW_FIELDS)]
+    return sorted(rows, key=lambda row: step_key(row.step_id))

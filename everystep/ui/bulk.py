@@ -86,6 +86,7 @@ def _run_filter(asked: filters.RunsQuery) -> bulk.RunFilter | None:
             created_before=asked.created_before,
             runner=asked.runner,
             parent=asked.parent,
+            queue=asked.queue,
         )
     except EverystepError:  # no filter at all
         return None

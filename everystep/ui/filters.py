@@ -35,6 +35,8 @@ class RunsQuery:
     workflow: str | None = None
     runner: str | None = None
     parent: UUID | None = None
+    # A Django task's queue (``everystep.tasks``).
+    queue: str | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
     search: str | None = None
@@ -70,6 +72,7 @@ class RunsQuery:
             "name": self.workflow,
             "runner": self.runner,
             "parent": self.parent,
+            "queue": self.queue,
             "created_after": self.created_after,
             "created_before": self.created_before,
         }
@@ -82,6 +85,7 @@ def read(request: HttpRequest, *, refresh: bool) -> RunsQuery:
     found.workflow = _text(request, "workflow", "The workflow filter", found)
     found.runner = _text(request, "runner", "The runner filter", found)
     found.parent = _parent(request, found)
+    found.queue = _text(request, "queue", "The queue filter", found)
     found.search = _text(request, "q", "The search", found)
     found.created_after = _moment(request, "created_after", found)
     found.created_before = _moment(request, "created_before", found)

@@ -22,7 +22,14 @@ from django.utils.safestring import SafeString
 
 from everystep import failure_detail, safe_text
 from everystep.models import Status, Workflow
-from everystep.store.step_pages import StepOutline, StepRow, step_outlines, step_rows
+from everystep.store.step_pages import (
+    StepOutline,
+    StepRow,
+    step_key,
+    step_outlines,
+    step_rows,
+    step_rows_of,
+)
 from everystep.ui.actions import uncertain_steps
 from everystep.ui.family import started_children, step_runs
 from everystep.ui.graph import build_graph, collapse
@@ -100,7 +107,9 @@ def steps_context(
     """The steps, graph and timeline of run ``found`` for the template, and notices."""
     outlines, rows, page, notices = _read(request, found)
     zone = timezone.get_current_timezone()
-    timeline = build_timeline(outlines, _open_until(found), shown=rows[:TIMELINE_MAX])
+    # The timeline's lanes are in start order, whatever the table's.
+    started = sorted(rows, key=attrgetter("started_at", "step_id"))
+    timeline = build_timeline(outlines, _open_until(found), shown=started[:TIMELINE_MAX])
     whole_graph = request.GET.get("graph") == "all"
     graph = build_graph(_linked(request, outlines, page), attrgetter("step.step_id"))
     shown = graph if whole_graph else collapse(graph, attrgetter("status"))
@@ -167,9 +176,18 @@ def _read(
         notices.append(f"This run has more than {STEPS_MAX:,} steps; the first are shown.")
     page, notice = _page(request, len(outlines))
     notices += [notice] if notice else []
-    if outlines and not everything:
-        rows = step_rows(found.id, page.offset, STEPS_PER_PAGE)
+    if everything:
+        rows = sorted(rows, key=lambda row: step_key(row.step_id))
+    elif outlines:
+        table = _table_order(outlines)[page.offset : page.offset + STEPS_PER_PAGE]
+        rows = step_rows_of(found.id, [step.step_id for step in table])
     return outlines, rows, page, notices
+
+
+def _table_order(outlines: list[StepOutline]) -> list[StepOutline]:
+    """The steps in the table's order (by id, ``step_key``); ``outlines`` are in start
+    order, which the graph and the timeline keep."""
+    return sorted(outlines, key=lambda step: step_key(step.step_id))
 
 
 def _page(request: HttpRequest, total: int) -> tuple[StepPage, str]:
@@ -199,9 +217,11 @@ def _linked(request: HttpRequest, outlines: list[StepOutline], page: StepPage) -
     # One query string per page of the table, not per step: thousands of steps share them.
     pages = {n: _href(request, steps=str(n)) for n in range(1, page.count + 1)}
     pages[page.number] = ""
+    # The page a step is on follows the table's order, not the outlines' (start) order.
+    position = {step.step_id: at for at, step in enumerate(_table_order(outlines))}
     linked = []
-    for position, step in enumerate(outlines):
-        target = "" if page.everything else pages[position // STEPS_PER_PAGE + 1]
+    for step in outlines:
+        target = "" if page.everything else pages[position[step.step_id] // STEPS_PER_PAGE + 1]
         linked.append(LinkedStep(step, f"{target}#step-{step.step_id}"))
     return linked
 

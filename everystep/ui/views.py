@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import string
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -201,6 +202,7 @@ def run(request: HttpRequest, run_id: UUID) -> HttpResponse:
         "can": actions.allowed_actions(request, found),
         "duration": format_duration(span(found.started_at, found.completed_at)),
         "args_json": _pretty(found.args),
+        **_task_context(found),
         "result_json": _pretty(found.result),
         "error_json": _pretty(found.error),
         "error": _headline(found.error),
@@ -208,6 +210,27 @@ def run(request: HttpRequest, run_id: UUID) -> HttpResponse:
         **steps,
     }
     return render(request, "everystep/run.html", context)
+
+
+def _task_context(found: Workflow) -> dict[str, Any]:
+    """A Django task's run (``everystep.tasks``): its queue, its attempts, and its stored
+    ``[args, kwargs]`` shown apart. Nothing for other runs."""
+    if found.queue is None:
+        return {}
+    attempts = []
+    for attempt in found.attempts or []:
+        if isinstance(attempt, dict):
+            try:
+                at = datetime.fromisoformat(str(attempt.get("at")))
+            except ValueError:
+                at = None
+            attempts.append({"worker": str(attempt.get("worker", "")), "at": at})
+    context: dict[str, Any] = {"task": {"queue": found.queue, "attempts": attempts}}
+    stored = found.args
+    if isinstance(stored, list) and len(stored) == 2 and isinstance(stored[1], dict):
+        context["args_json"] = _pretty(stored[0])
+        context["kwargs_json"] = _pretty(stored[1])
+    return context
 
 
 def _headline(error: Any) -> dict[str, str]:

@@ -71,7 +71,7 @@ class Command(EverystepCommand):
             *([("parent", _parent_text(family.parent))] if family.parent is not None else []),
             *([("forked_from", _origin_text(run, lineage))] if run.forked_from_id else []),
             *([(f"{run.status}_at", f"step {where}")] if where is not None else []),
-            ("args", _cut(_json(run.args))),
+            *(_task_fields(run) if run.queue is not None else [("args", _cut(_json(run.args)))]),
             ("claimed_by", run.claimed_by or "-"),
             ("created_at", _when(run.created_at)),
             ("started_at", _when(run.started_at)),
@@ -136,6 +136,8 @@ def run_detail(
         "status": run.status,
         "args": run.args,
         "idempotency_key": run.idempotency_key,
+        "queue": run.queue,
+        "attempts": run.attempts,
         "claimed_by": run.claimed_by,
         "result": run.result,
         "error": run.error,
@@ -156,6 +158,26 @@ def run_detail(
         "stopped_at": _stopped_at(run, steps),
         "steps": [_step_detail(step) for step in steps],
     }
+
+
+def _task_fields(run: Workflow) -> list[tuple[str, str]]:
+    """A Django task's run: its task, queue, stored ``[args, kwargs]`` apart, attempts."""
+    stored = run.args
+    if isinstance(stored, list) and len(stored) == 2 and isinstance(stored[1], dict):
+        arguments = [("args", _cut(_json(stored[0]))), ("kwargs", _cut(_json(stored[1])))]
+    else:
+        arguments = [("args", _cut(_json(stored)))]
+    attempts = "; ".join(
+        f"{attempt.get('worker')} at {attempt.get('at')}"
+        for attempt in run.attempts or []
+        if isinstance(attempt, dict)
+    )
+    return [
+        ("task", run.name),
+        ("queue", run.queue or ""),
+        *arguments,
+        ("attempts", _clip(attempts) or "-"),
+    ]
 
 
 def _brief(run: Workflow) -> dict[str, Any]:
