@@ -102,6 +102,12 @@ class EverystepBackend(BaseTaskBackend):
                 f"task {name[:60]}… has a path of {len(name)} characters; runs store "
                 f"names of at most {MAX_NAME_LENGTH}"
             )
+        if name.startswith("__main__."):
+            raise error(
+                f"task {name} is defined in the script being run (module '__main__'), "
+                "which no worker can import: define it in a module of the project (an "
+                "installed app's tasks.py)"
+            )
         if registry.workflow_def(task.func) is not None:
             raise error(
                 f"task {name} is a @task over a @workflow: remove @workflow (the task "

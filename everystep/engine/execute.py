@@ -55,7 +55,10 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
     assert defn is not None
     state = _new_state(claim, name, should_drain)
     if defn.task is not None:
-        state.task_result = task_runs.begin(claim)
+        try:
+            state.task_result = task_runs.begin(claim)
+        except EverystepError as exc:  # a row a task's run cannot have (its arguments)
+            return finish(claim, name, time.monotonic(), Status.FAILED, exc=exc)
         if state.task_result is None:
             return abandon(claim, name, "the claim no longer holds the run")
     signals.run_started.emit(

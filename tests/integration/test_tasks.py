@@ -393,3 +393,29 @@ def test_a_pass_run_again_under_the_same_claim_is_not_a_new_attempt():
     assert task_runs.begin(claim) is not None
     assert task_runs.begin(claim) is not None
     assert tasks.add.get_result(result.id).worker_ids == ["only-worker"]
+
+
+def test_a_task_run_row_whose_arguments_are_not_args_and_kwargs_fails_with_a_reason():
+    run = create_run("tests.testapp.tasks.add", [1, 2], None, queue="default")
+    run_due()
+    row = Workflow.objects.get(id=run.id)
+    assert row.status == Status.FAILED
+    assert "not a task's [args, kwargs]" in row.error["message"]
+
+
+def test_a_task_defined_in_main_is_refused_at_enqueue(monkeypatch: pytest.MonkeyPatch):
+    import types
+
+    main = types.ModuleType("__main__")
+
+    def report() -> None:
+        return None
+
+    report.__module__ = "__main__"
+    report.__qualname__ = "report"  # module level, as Django requires
+    defined = django_task(report)
+    main.report = defined  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    with pytest.raises(InvalidTask, match="script being run"):
+        defined.enqueue()
+    assert not Workflow.objects.exists()
