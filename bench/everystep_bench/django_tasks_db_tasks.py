@@ -1,0 +1,48 @@
+"""The Django ``@task`` functions ``bench/peers/django_tasks_db_bench.py`` enqueues.
+
+Each body does the same small piece of real work (a SHA-256 over 4 KiB derived from its
+argument) and returns when it started (``time.time()`` in the worker) with the digest:
+the benchmark reads the start back from the task's result for the pickup latency, and
+checks the digest. ``plain`` is declared for everystep's backend (``default``); the
+benchmark hands the very same task to django-tasks-db with ``plain.using(backend="dtdb")``,
+so both backends run one function. ``durable`` does its work in one ``@step`` (recorded,
+served on replay): everystep only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+from everystep import step
+
+try:  # Django 6
+    from django.tasks import task
+except ImportError:  # Django 5.2: the backport
+    from django_tasks import task  # type: ignore[no-redef]
+
+PAYLOAD_BYTES = 4096
+
+
+def fingerprint(i: int) -> str:
+    """The work: hash 4 KiB made from ``i`` (a few microseconds, no I/O)."""
+    seed = hashlib.sha256(str(i).encode()).digest()
+    return hashlib.sha256(seed * (PAYLOAD_BYTES // len(seed))).hexdigest()[:16]
+
+
+@task
+def plain(i: int) -> dict[str, Any]:
+    started = time.time()
+    return {"started": started, "digest": fingerprint(i)}
+
+
+@step
+def fingerprint_step(i: int) -> str:
+    return fingerprint(i)
+
+
+@task
+def durable(i: int) -> dict[str, Any]:
+    started = time.time()
+    return {"started": started, "digest": fingerprint_step(i)}
