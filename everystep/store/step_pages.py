@@ -21,8 +21,11 @@ def step_key(step_id: str) -> tuple[tuple[int, int, str], ...]:
     (``1.10`` after ``1.9``, ``2`` after ``1.4``), a named segment (``everystep_id=``)
     after the numbered ones, by its text. Start order would list a fork's concurrent
     branches in whatever order their threads began; that order is the timeline's."""
+    # The text rides along with the number so that two ids are never equal keys (``01``
+    # and ``1``): the rows of a page come back from the database unordered, and a tie
+    # would leave their order to it.
     return tuple(
-        (0, int(part), "") if part.isascii() and part.isdigit() else (1, 0, part)
+        (0, int(part), part) if part.isascii() and part.isdigit() else (1, 0, part)
         for part in step_id.split(".")
     )
 
