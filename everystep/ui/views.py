@@ -224,8 +224,13 @@ def _task_context(found: Workflow) -> dict[str, Any]:
                 at = datetime.fromisoformat(str(attempt.get("at")))
             except ValueError:
                 at = None
-            attempts.append({"worker": str(attempt.get("worker", "")), "at": at})
+            # printable: the JSON column holds whatever was written to it.
+            worker = safe_text.printable(str(attempt.get("worker", "")))
+            attempts.append({"worker": worker, "at": at})
     context: dict[str, Any] = {"task": {"queue": found.queue, "attempts": attempts}}
+    # Split as stored (serde's tagged form, as every other value on the page is shown),
+    # not through engine.task_runs.stored_call: decoding imports the class an enum tag
+    # names, and a page view imports nothing a row names.
     stored = found.args
     if isinstance(stored, list) and len(stored) == 2 and isinstance(stored[1], dict):
         context["args_json"] = _pretty(stored[0])

@@ -162,6 +162,7 @@ def run_detail(
 
 def _task_fields(run: Workflow) -> list[tuple[str, str]]:
     """A Django task's run: its task, queue, stored ``[args, kwargs]`` apart, attempts."""
+    # Split as stored, as the run page does (not decoded: nothing a row names is imported).
     stored = run.args
     if isinstance(stored, list) and len(stored) == 2 and isinstance(stored[1], dict):
         arguments = [("args", _cut(_json(stored[0]))), ("kwargs", _cut(_json(stored[1])))]
