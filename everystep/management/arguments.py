@@ -134,7 +134,15 @@ def wait_json(wait: WaitReport | None) -> dict[str, Any] | None:
 
 # --- filters: acting on every run they match (bulk actions) ------------------------------
 
-FILTER_FLAGS = ("workflow", "status", "created_after", "created_before", "runner", "parent")
+FILTER_FLAGS = (
+    "workflow",
+    "status",
+    "created_after",
+    "created_before",
+    "runner",
+    "parent",
+    "queue",
+)
 
 
 def add_filter_arguments(parser: CommandParser) -> None:
@@ -150,6 +158,7 @@ def add_filter_arguments(parser: CommandParser) -> None:
     group.add_argument("--created-before", metavar="TIME", help="runs created before TIME")
     group.add_argument("--runner", metavar="NAME", help="runs claimed by this runner")
     group.add_argument("--parent", metavar="RUN_ID", help="the runs this run's body started")
+    group.add_argument("--queue", metavar="NAME", help="runs of Django tasks on this queue")
     group.add_argument(
         "--dry-run", action="store_true", help="print how many runs match; change nothing"
     )
@@ -176,7 +185,7 @@ def run_or_filter(options: dict[str, Any]) -> str | bulk.RunFilter:
     if not bulk_flags:
         raise CommandError(
             "give a run id, or filter flags (--workflow, --status, --created-after, "
-            "--created-before, --runner, --parent) to act on every run they match"
+            "--created-before, --runner, --parent, --queue) to act on every run they match"
         )
     return run_filter(options)
 
@@ -199,6 +208,7 @@ def run_filter(options: dict[str, Any]) -> bulk.RunFilter:
             created_before=before,
             runner=_filter_text(options, "runner"),
             parent=None if parent is None else uuid.UUID(checked_run_id(parent)),
+            queue=_filter_text(options, "queue"),
         )
     except EverystepError as exc:
         raise CommandError(str(exc)) from None

@@ -5,19 +5,22 @@ timeline."""
 
 from __future__ import annotations
 
+import html as htmllib
 import json
 import re
 from datetime import timedelta
 from io import StringIO
 from typing import Any
+from uuid import UUID
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.urls import reverse
 from django.utils import timezone
 
 from everystep.models import Step, Workflow
 from everystep.testing import run_due
+from everystep.ui.views import RUNS_LIMIT
 from tests.staff import staff_user
 from tests.testapp import tasks
 
@@ -45,6 +48,8 @@ def listed(html: str) -> set[str]:
 
 
 def test_a_task_runs_page_shows_its_task_queue_args_kwargs_and_attempts(staff):
+    """A task run's page names its task and queue, shows args and kwargs apart and each
+    attempt's worker and time."""
     result = tasks.add.enqueue(2, 3, scale=4)
     run_due()
     html = run_page(staff, result.id)
@@ -56,6 +61,7 @@ def test_a_task_runs_page_shows_its_task_queue_args_kwargs_and_attempts(staff):
 
 
 def test_a_workflow_runs_page_has_no_task_rows(staff):
+    """A workflow run's page has no Task, Queue or Kwargs rows and shows its args whole."""
     run = Workflow.objects.create(name="wf.plain", args=[1, 2])
     html = run_page(staff, run.id)
     assert "<dt>Task</dt>" not in html and "<dt>Queue</dt>" not in html
@@ -64,6 +70,7 @@ def test_a_workflow_runs_page_has_no_task_rows(staff):
 
 
 def test_the_runs_list_filters_on_the_queue(staff):
+    """?queue= lists the task runs of that queue only; an unknown queue lists none."""
     mail = tasks.notify.enqueue("a@example.com")
     plain = tasks.add.enqueue(1, 1)
     other = Workflow.objects.create(name="wf.plain", args=[])
@@ -76,6 +83,7 @@ def test_the_runs_list_filters_on_the_queue(staff):
 
 
 def test_a_bulk_action_from_a_queue_filtered_list_keeps_the_queue(client):
+    """The bulk actions a queue-filtered list offers keep the queue in their filter."""
     from everystep.store.bulk import RunFilter
 
     client.force_login(staff_user("cancel_workflow", name="canceller"))
@@ -90,6 +98,8 @@ def test_a_bulk_action_from_a_queue_filtered_list_keeps_the_queue(client):
 
 
 def test_the_step_table_is_ordered_by_step_id_numerically(staff):
+    """The step table lists steps by id, numerically, segment by segment; the timeline
+    keeps start order; ?steps=all lists them as the paged table does."""
     run = Workflow.objects.create(name="wf.forked", args=[], status="completed")
     start = timezone.now() - timedelta(minutes=1)
     # Recorded in the order a fork's threads happened to start: 1.1 .. 1.10, then 1.0,
@@ -138,6 +148,8 @@ def test_the_step_table_is_ordered_by_step_id_numerically(staff):
 
 
 def test_everystep_show_prints_a_task_runs_task_queue_args_and_kwargs():
+    """everystep_show prints a task run's task, queue, args, kwargs and attempts (and
+    --json its queue and attempts)."""
     result = tasks.add.enqueue(2, 3, scale=4)
     run_due()
     out = StringIO()
@@ -156,9 +168,80 @@ def test_everystep_show_prints_a_task_runs_task_queue_args_and_kwargs():
 
 
 def test_everystep_show_of_a_workflow_run_is_unchanged():
+    """everystep_show of a workflow run prints its args whole and no task lines."""
     run = Workflow.objects.create(name="wf.plain", args=[1, 2])
     out = StringIO()
     call_command("everystep_show", str(run.id), stdout=out)
     text = out.getvalue()
     assert re.search(r"^args +\[1, ?2\]$", text, re.M)
     assert not re.search(r"^(task|queue|kwargs) ", text, re.M)
+
+
+def test_the_runs_lists_paging_keeps_the_queue(staff):
+    """The runs list's "Older" link keeps ?queue=, and each page lists that queue's runs."""
+    mails = Workflow.objects.bulk_create(
+        Workflow(name="tests.testapp.tasks.notify", args=[["a@example.com"], {}], queue="emails")
+        for _ in range(RUNS_LIMIT + 5)
+    )
+    # Newer than every task run: without the queue, the second page would hold task runs
+    # the first one listed.
+    Workflow.objects.bulk_create(Workflow(name="wf.plain", args=[]) for _ in range(10))
+    first = page(staff, reverse("everystep:runs"), queue="emails")
+    older = re.search(r'<a rel="next" href="([^"]+)"', first)
+    assert older is not None
+    link = htmllib.unescape(older.group(1))
+    assert "queue=emails" in link
+    response = staff.get(link)
+    assert response.status_code == 200
+    second = response.content.decode()
+    assert len(listed(first)) == RUNS_LIMIT
+    assert listed(first) | listed(second) == {str(run.id) for run in mails}
+    assert not listed(first) & listed(second)
+
+
+def test_a_task_run_whose_arguments_are_not_args_and_kwargs_shows_them_whole(staff):
+    """A task run whose stored arguments are not [args, kwargs] shows them whole, and
+    its queue and task escaped, with no attempt yet."""
+    run = Workflow.objects.create(
+        name="tests.testapp.tasks.add", args=[1, 2, 3], queue="<b>mail</b>"
+    )
+    html = run_page(staff, run.id)
+    assert "<dt>Queue</dt><dd>&lt;b&gt;mail&lt;/b&gt;</dd>" in html
+    assert "<dt>Attempts</dt><dd>none yet</dd>" in html
+    assert "<h3>Args</h3>" not in html and "<h3>Kwargs</h3>" not in html
+    assert '<pre class="es-json">[1, 2, 3]</pre>' in html
+    out = StringIO()
+    call_command("everystep_show", str(run.id), stdout=out)
+    text = out.getvalue()
+    assert re.search(r"^args +\[1, ?2, ?3\]$", text, re.M)
+    assert re.search(r"^attempts +-$", text, re.M)
+    assert not re.search(r"^kwargs ", text, re.M)
+
+
+def command(name: str, *args: str) -> str:
+    out = StringIO()
+    call_command(name, *args, stdout=out)
+    return out.getvalue().strip()
+
+
+def test_the_bulk_commands_filter_on_the_queue():
+    """everystep_cancel --queue counts (--dry-run) and cancels that queue's runs only."""
+    mail = tasks.notify.enqueue("a@example.com")
+    plain = tasks.add.enqueue(1, 1)
+    other = Workflow.objects.create(name="wf.plain", args=[])
+    dry = command("everystep_cancel", "--queue", "emails", "--dry-run")
+    assert dry == "1 run match (filter queue=emails); nothing changed"
+    assert (
+        command("everystep_cancel", "--queue", "nowhere")
+        == "cancelled 0 runs (filter queue=nowhere)"
+    )
+    assert (
+        command("everystep_cancel", "--queue", "emails") == "cancelled 1 run (filter queue=emails)"
+    )
+    statuses = dict(Workflow.objects.values_list("id", "status"))
+    assert statuses[UUID(mail.id)] == "cancelled"
+    assert statuses[UUID(plain.id)] == statuses[other.id] == "scheduled"
+    with pytest.raises(CommandError, match="not both"):
+        command("everystep_cancel", mail.id, "--queue", "emails")
+    with pytest.raises(CommandError, match="--queue is empty"):
+        command("everystep_cancel", "--queue", " ")
