@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# A venv of its own for bench/peers/django_tasks_db.py: django-tasks-db beside the Django,
+# A venv of its own for bench/peers/django_tasks_db_bench.py: django-tasks-db beside the Django,
 # django-tasks backport and database drivers the project's .venv has (the same versions,
 # so the two backends differ only in themselves). Never the project's .venv; everystep
 # itself is imported from the tree measured (--source), as every bench does.
 #
 #   bash bench/peers/setup-django-tasks-db.sh          # /tmp/django-tasks-db-venv
 #   DTDB_VENV=/somewhere bash bench/peers/setup-django-tasks-db.sh
-#   "${DTDB_VENV:-/tmp/django-tasks-db-venv}"/bin/python bench/peers/django_tasks_db.py --db postgres
+#   "${DTDB_VENV:-/tmp/django-tasks-db-venv}"/bin/python bench/peers/django_tasks_db_bench.py --db postgres
 set -euo pipefail
 
 VENV="${DTDB_VENV:-/tmp/django-tasks-db-venv}"
