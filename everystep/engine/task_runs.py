@@ -220,12 +220,21 @@ def task_status(framework_base: ModuleType, status: str) -> Any:
     return statuses.FAILED
 
 
+def split_call(value: Any) -> tuple[Any, dict[str, Any]] | None:
+    """``value`` as a task run's ``(args, kwargs)`` if it has their shape (a list of a
+    value and a dict), else None. Works on the stored form as on the decoded one: pages
+    split what is stored without decoding it."""
+    if isinstance(value, list) and len(value) == 2 and isinstance(value[1], dict):
+        return value[0], value[1]
+    return None
+
+
 def stored_call(args: Any) -> tuple[list[Any], dict[str, Any]]:
     """A task run's ``(args, kwargs)`` from its stored arguments."""
-    decoded = serde.decode(args)
-    if isinstance(decoded, list) and len(decoded) == 2 and isinstance(decoded[1], dict):
-        return list(decoded[0]), dict(decoded[1])
-    raise EverystepError("the run's stored arguments are not a task's [args, kwargs]")
+    split = split_call(serde.decode(args))
+    if split is None:
+        raise EverystepError("the run's stored arguments are not a task's [args, kwargs]")
+    return list(split[0]), dict(split[1])
 
 
 def _instant(text: Any) -> datetime | None:

@@ -21,6 +21,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from everystep import conf, safe_text
+from everystep.engine.task_runs import split_call
 from everystep.models import Status, Workflow
 from everystep.store.reports import COUNT_CAP, ID_PREFIX_MIN, list_runs, run_wait, status_counts
 from everystep.store.runners import held_runs, list_runners
@@ -229,12 +230,12 @@ def _task_context(found: Workflow) -> dict[str, Any]:
             attempts.append({"worker": worker, "at": at})
     context: dict[str, Any] = {"task": {"queue": found.queue, "attempts": attempts}}
     # Split as stored (serde's tagged form, as every other value on the page is shown),
-    # not through engine.task_runs.stored_call: decoding imports the class an enum tag
+    # not decoded as engine.task_runs.stored_call does: decoding imports the class an enum tag
     # names, and a page view imports nothing a row names.
-    stored = found.args
-    if isinstance(stored, list) and len(stored) == 2 and isinstance(stored[1], dict):
-        context["args_json"] = _pretty(stored[0])
-        context["kwargs_json"] = _pretty(stored[1])
+    split = split_call(found.args)
+    if split is not None:
+        context["args_json"] = _pretty(split[0])
+        context["kwargs_json"] = _pretty(split[1])
     return context
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from everystep import safe_text
+from everystep.engine.task_runs import split_call
 from everystep.failure_detail import stopped_at
 from everystep.management.arguments import RUN_ID_HELP, checked_run_id, wait_json, wait_text
 from everystep.management.commands._base import EverystepCommand
@@ -163,11 +164,11 @@ def run_detail(
 def _task_fields(run: Workflow) -> list[tuple[str, str]]:
     """A Django task's run: its task, queue, stored ``[args, kwargs]`` apart, attempts."""
     # Split as stored, as the run page does (not decoded: nothing a row names is imported).
-    stored = run.args
-    if isinstance(stored, list) and len(stored) == 2 and isinstance(stored[1], dict):
-        arguments = [("args", _cut(_json(stored[0]))), ("kwargs", _cut(_json(stored[1])))]
+    split = split_call(run.args)
+    if split is not None:
+        arguments = [("args", _cut(_json(split[0]))), ("kwargs", _cut(_json(split[1])))]
     else:
-        arguments = [("args", _cut(_json(stored)))]
+        arguments = [("args", _cut(_json(run.args)))]
     attempts = "; ".join(
         f"{attempt.get('worker')} at {attempt.get('at')}"
         for attempt in run.attempts or []
