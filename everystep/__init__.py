@@ -28,6 +28,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Terminal",
+    "agather",
+    "aresult",
+    "aschedule",
+    "asend",
+    "asleep",
+    "asleep_until",
+    "astart",
+    "await_for",
     "deprecate_patch",
     "fork",
     "gather",
@@ -47,6 +55,14 @@ _API = set(__all__) - {"Terminal"}
 
 if TYPE_CHECKING:
     from everystep.api import (
+        agather,
+        aresult,
+        aschedule,
+        asend,
+        asleep,
+        asleep_until,
+        astart,
+        await_for,
         deprecate_patch,
         fork,
         gather,

@@ -19,6 +19,14 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 # Re-exported (``import x as x``): ``everystep.__all__`` is the one list of public names.
+from everystep.async_api import agather as agather
+from everystep.async_api import aresult as aresult
+from everystep.async_api import aschedule as aschedule
+from everystep.async_api import asend as asend
+from everystep.async_api import asleep as asleep
+from everystep.async_api import asleep_until as asleep_until
+from everystep.async_api import astart as astart
+from everystep.async_api import await_for as await_for
 from everystep.decorators import step as step
 from everystep.decorators import workflow as workflow
 from everystep.scheduling import schedule as schedule

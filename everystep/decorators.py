@@ -8,6 +8,7 @@ before Django is fully set up.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
@@ -34,9 +35,14 @@ def workflow(fn: Any = None, /, *, name: str | None = None) -> Any:
 
     def register(func: F) -> F:
         _refuse_django_task(func, "@workflow")
+        _refuse_generator(func, "@workflow")
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise TypeError(f"@workflow(name=...) must be a non-empty string, got {name!r}")
-        defn = WorkflowDef(_stored_name(name or serde.qualified_name(func), "workflow"), func)
+        defn = WorkflowDef(
+            _stored_name(name or serde.qualified_name(func), "workflow"),
+            func,
+            is_async=inspect.iscoroutinefunction(func),
+        )
         registry.register(defn)
         func.__everystep_workflow__ = defn  # type: ignore[attr-defined]
         return func
@@ -91,8 +97,21 @@ def step(fn: Any = None, /, *, unsafe_to_repeat: bool = False, atomic: bool = Fa
 
     def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
         _refuse_django_task(func, "@step")
+        _refuse_generator(func, "@step")
+        is_async = inspect.iscoroutinefunction(func)
+        if is_async and atomic:
+            raise EverystepError(
+                f"@step(atomic=True) cannot decorate {serde.qualified_name(func)}, an async "
+                "def: an atomic step's body runs inside a database transaction, and "
+                "Django's transactions are sync only. Make it a plain def (an async body "
+                "awaits a sync step too: it runs on a thread)"
+            )
         defn = StepDef(
-            _stored_name(serde.qualified_name(func), "step"), func, unsafe_to_repeat, atomic
+            _stored_name(serde.qualified_name(func), "step"),
+            func,
+            unsafe_to_repeat,
+            atomic,
+            is_async,
         )
 
         @functools.wraps(func)
@@ -105,6 +124,16 @@ def step(fn: Any = None, /, *, unsafe_to_repeat: bool = False, atomic: bool = Fa
         return call
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _refuse_generator(func: Any, decorator: str) -> None:
+    """A generator's body runs only when iterated, never by the call a run records: an
+    ``EverystepError`` at decoration time rather than a run that records a generator."""
+    if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+        raise EverystepError(
+            f"{decorator} cannot decorate {serde.qualified_name(func)}, a generator "
+            "function: its body would not run when called. Return a list instead"
+        )
 
 
 def is_django_task(obj: Any) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 from collections.abc import Callable
@@ -21,6 +22,8 @@ class WorkflowDef:
     # The Django ``Task`` whose function ``fn`` calls, for a task's run
     # (``everystep.engine.task_runs``); None for a ``@workflow``.
     task: Any = None
+    # An ``async def`` body: its passes run on an event loop (``engine.async_body``).
+    is_async: bool = False
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,8 @@ class StepDef:
     unsafe_to_repeat: bool = False
     # Its body runs in the transaction that records its outcome (see ``@step``).
     atomic: bool = False
+    # An ``async def`` step: awaited in an async body (``engine.async_steps``).
+    is_async: bool = False
 
 
 _lock = threading.Lock()
@@ -79,7 +84,7 @@ def replace(name: str, fn: Callable[..., Any]) -> WorkflowDef | None:
     definition, to put back."""
     with _lock:
         previous = _workflows.get(name)
-        _workflows[name] = WorkflowDef(name, fn)
+        _workflows[name] = WorkflowDef(name, fn, is_async=inspect.iscoroutinefunction(fn))
         return previous
 
 

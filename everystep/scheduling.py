@@ -51,7 +51,7 @@ def schedule(
     due = timezone.now() if at is None else as_instant(at, "schedule() at")
     if delay is not None:
         due += as_delay(delay, "schedule() delay")
-    defn, stored = _run_of(workflow_fn, args, keywords, idempotency_key, "schedule")
+    defn, stored = run_of(workflow_fn, args, keywords, idempotency_key, "schedule")
     return create_run(defn.name, stored, idempotency_key, due_at=due)
 
 
@@ -68,12 +68,14 @@ def start(
     a running body it is ``schedule()``."""
     from everystep.engine import children
     from everystep.engine.recorded import body_frame
+    from everystep.engine.waits import sync_only
     from everystep.store.runs import create_run
 
-    defn, stored = _run_of(workflow_fn, args, keywords, idempotency_key, "start")
+    defn, stored = run_of(workflow_fn, args, keywords, idempotency_key, "start")
     frame = body_frame()
     if frame is None:
         return create_run(defn.name, stored, idempotency_key)
+    sync_only(frame, "start()", "astart()")
     return children.start(frame, defn.name, stored, idempotency_key, everystep_id)
 
 
@@ -81,10 +83,11 @@ def start(
 _OWN_KEYWORDS = {
     "schedule": "at, delay and idempotency_key",
     "start": "idempotency_key and everystep_id",
+    "astart": "idempotency_key and everystep_id",
 }
 
 
-def _run_of(
+def run_of(
     workflow_fn: Callable[..., Any],
     args: tuple[Any, ...],
     keywords: dict[str, Any],
@@ -172,7 +175,7 @@ def _not_discovered(defn: WorkflowDef, verb: str) -> None:
     )
     if not conf.in_test_environment():
         raise EverystepError(message)
-    # stacklevel: past this function, _run_of() and schedule()/start(), to their caller.
+    # stacklevel: past this function, run_of() and schedule()/start(), to their caller.
     warnings.warn(
         f"{message} (a warning in tests: everystep.testing.run_due() runs it in this process)",
         WorkflowNotDiscoveredWarning,

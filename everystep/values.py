@@ -42,3 +42,6 @@ class RecordedStep:
     status: str
     result: Any = None
     error: dict[str, Any] | None = None
+    # Its stored ``[args, kwargs]``, loaded for an async run's pass only: there a served
+    # step is checked against the call that reaches it (``engine.async_steps``).
+    call: Any = field(default=None, compare=False, repr=False)

@@ -15,7 +15,7 @@ from uuid import UUID
 
 from everystep import conf
 from everystep.engine.pass_state import Frame
-from everystep.engine.recorded import code_changed, reach, record
+from everystep.engine.recorded import Operation, code_changed, reach, record
 from everystep.engine.replay import Decision
 from everystep.models import StepStatus, Workflow
 from everystep.store.step_records import Child
@@ -28,7 +28,11 @@ def start(
 ) -> Workflow:
     """Start a child run of workflow ``name`` with the encoded ``args`` from the body in
     ``frame``, or return the child an earlier pass started at this position."""
-    op = reach(frame, START, everystep_id=everystep_id)
+    return started(reach(frame, START, everystep_id=everystep_id), name, args, idempotency_key)
+
+
+def started(op: Operation, name: str, args: list[Any], idempotency_key: str | None) -> Workflow:
+    """The child start reached as ``op`` (``start``, ``astart``)."""
     run = op.run
     if op.decision is Decision.EXECUTE:
         started = record(

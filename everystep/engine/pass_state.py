@@ -117,6 +117,16 @@ class RunState:
     # A Django ``@task``'s run: its ``TaskResult`` as this pass began, for the task's
     # context (``everystep.engine.task_runs``).
     task_result: Any = None
+    # An async body's pass (``everystep.engine.async_body``): its database work runs on
+    # threads, its tasks each get a scope, and it ends once every task it made has.
+    is_async: bool = False
+    # The waits its tasks reached (an async pass ends when the body does, so it waits for
+    # the earliest of them all, as a fork waits for its branches).
+    suspensions: list[Any] = field(default_factory=list)
+    # Its tasks, to be finished before the pass ends; and the ids of the operations
+    # called but not yet awaited (one never awaited fails the run: a forgotten await).
+    tasks: list[Any] = field(default_factory=list)
+    unawaited: dict[str, str] = field(default_factory=dict)
 
     @property
     def run_id(self) -> UUID:

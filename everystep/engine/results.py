@@ -34,7 +34,7 @@ from django.db import connections
 from everystep import serde, stored_errors
 from everystep.engine.parallel import raise_failures
 from everystep.engine.recorded import Operation, body_frame, reach
-from everystep.engine.waits import Awaited, as_delay, durable
+from everystep.engine.waits import Awaited, as_delay, durable, sync_only
 from everystep.errors import (
     EverystepError,
     RunCancelled,
@@ -78,7 +78,12 @@ def gather(
     ``parallel()`` raises them: one itself, several as an ``ExceptionGroup``."""
     if isinstance(runs, str | bytes | Workflow | uuid.UUID):
         raise EverystepError("gather() takes a list of runs; for one run use result()")
-    outcomes = _wait(run_ids(list(runs), "gather()"), timeout, GATHER, "gather()")
+    return values(_wait(run_ids(list(runs), "gather()"), timeout, GATHER, "gather()"))
+
+
+def values(outcomes: list[dict[str, Any]]) -> list[Any]:
+    """What ended runs give their waiter together (``gather``, ``agather``): their
+    results in order, or their failures raised."""
     results, failures = [], []
     for outcome in outcomes:
         try:
@@ -116,7 +121,8 @@ def _wait(
     frame = body_frame()
     if frame is None:
         return _block(ids, limit, what)
-    return _durable(reach(frame, name, waits=True), ids, limit, what)
+    sync_only(frame, what, f"a{what}")
+    return awaited_runs(reach(frame, name, waits=True), ids, limit, what)
 
 
 def _outcomes(ids: list[uuid.UUID], what: str) -> list[dict[str, Any]] | None:
@@ -134,9 +140,10 @@ def _outcomes(ids: list[uuid.UUID], what: str) -> list[dict[str, Any]] | None:
     ]
 
 
-def _durable(
+def awaited_runs(
     op: Operation, ids: list[uuid.UUID], limit: timedelta | None, what: str
 ) -> list[dict[str, Any]]:
+    """The durable wait for runs ``ids`` reached as ``op`` (``result``, ``aresult``…)."""
     wanted = [str(run_id) for run_id in ids]
 
     def look() -> tuple[bool, list[dict[str, Any]] | None]:

@@ -14,7 +14,7 @@ from django.utils import timezone
 from everystep import conf, failure_detail, serde, stored_errors, tracing
 from everystep.engine.crashes import maybe_crash
 from everystep.engine.pass_state import Frame, RunState, current_frame
-from everystep.engine.recorded import body_frame, flush, reach, record, served, writing
+from everystep.engine.recorded import Operation, body_frame, flush, reach, record, served, writing
 from everystep.engine.replay import Decision
 from everystep.errors import (
     DrainRequested,
@@ -37,9 +37,27 @@ def call_step(
     frame = body_frame()
     if frame is None:
         return defn.fn(*args, **kwargs)
+    if frame.run.is_async:
+        from everystep.engine.async_steps import call_async
+
+        return call_async(frame, defn, args, kwargs, everystep_id)
+    if defn.is_async:
+        raise frame.run.abort(
+            EverystepError(
+                f"run {frame.run.run_id}: step {defn.name} is an async def, called from the "
+                f"sync workflow body {frame.run.workflow_name}: make the workflow an async "
+                "def and await the step, or make the step a plain def"
+            )
+        )
     op = reach(frame, defn.name, everystep_id=everystep_id)
     if op.decision is Decision.EXECUTE:
-        return _execute(frame, defn, op.step_id, args, kwargs)
+        return execute_step(frame, defn, op.step_id, args, kwargs)
+    return served_step(op, defn)
+
+
+def served_step(op: Operation, defn: StepDef) -> Any:
+    """A recorded step's outcome: its result, or its failure raised; an unsafe step whose
+    outcome was never recorded blocks the run."""
     if op.decision is Decision.UNCERTAIN:
         raise op.run.abort(
             EffectUncertain(
@@ -51,9 +69,27 @@ def call_step(
     return served(op)
 
 
-def _execute(
+def execute_step(
     frame: Frame, defn: StepDef, step_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
+    """Execute a step that has no record and record its outcome: its value, or its
+    failure raised."""
+    values = begin_step(frame, defn, step_id, args, kwargs)
+    # An atomic step's body and its record share one transaction, fenced by the claim:
+    # its database writes commit with the record or not at all. The transaction is left
+    # before the step's exception is raised, so a recorded failure commits too.
+    with fenced_transaction(frame.run.claim) if defn.atomic else nullcontext():
+        raised, value = _run_and_record(frame, defn, values, args, kwargs)
+    if raised is not None:
+        raise raised
+    return value
+
+
+def begin_step(
+    frame: Frame, defn: StepDef, step_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """What comes before a new step's body: the drain boundary, and for an unsafe step
+    its ``started`` record. The step's record columns so far."""
     run = frame.run
     writing(run, step_id)
     flush(run)  # no step starts while an earlier outcome is held back unwritten
@@ -71,14 +107,7 @@ def _execute(
         # Committed before the body runs: a crash inside it leaves evidence on replay.
         record(run, status=StepStatus.STARTED, crash_point=None, **values)
     maybe_crash(step_id, defn.name, "before_body")
-    # An atomic step's body and its record share one transaction, fenced by the claim:
-    # its database writes commit with the record or not at all. The transaction is left
-    # before the step's exception is raised, so a recorded failure commits too.
-    with fenced_transaction(run.claim) if defn.atomic else nullcontext():
-        raised, value = _run_and_record(frame, defn, values, args, kwargs)
-    if raised is not None:
-        raise raised
-    return value
+    return values
 
 
 def _run_and_record(
@@ -92,41 +121,56 @@ def _run_and_record(
     exception the body raises, None). Control flow (a drain, a lost claim, a simulated
     crash) is raised through, so an atomic step's transaction rolls back."""
     run = frame.run
-    step_id = values["step_id"]
     began = time.monotonic()
-    token = current_frame.set(Frame(run, frame.scope, step_id))
+    token = current_frame.set(Frame(run, frame.scope, values["step_id"]))
     try:
         with (
-            tracing.span("everystep.step", run_id=run.run_id, step_id=step_id, step=defn.name)
-            if run.traced
-            else nullcontext(),
-            atomic_body(run, step_id, defn.name) if defn.atomic else nullcontext(),
+            step_span(run, values["step_id"], defn.name),
+            atomic_body(run, values["step_id"], defn.name) if defn.atomic else nullcontext(),
         ):
             value = defn.fn(*args, **kwargs)
     except BaseException as exc:
         current_frame.reset(token)
-        if _passes_through(exc) or (defn.atomic and exc is run.aborted):
-            raise
-        maybe_crash(step_id, defn.name)
-        error = stored_errors.encode_error(exc)
-        _record(run, values, "failed", began, error=error, after=defn.unsafe_to_repeat)
-        # From here on the failure's traceback is the recorded one, as on a replay: the
-        # run's outcome is then the same whether this pass or a later one gives it.
-        failure_detail.recorded(exc, error.get("traceback"))
-        if isinstance(exc, Terminal):
-            failure_detail.stopped_in(exc, step_id)  # the run's outcome says where
-            aborted = run.abort(exc)
-            aborted.__suppress_context__ = True
-            return aborted, None
-        # The body must see what a replay will re-raise: if the exception cannot be
-        # rebuilt as its own type, the live pass gets the StepFailure a replay would get
-        # (with the original chained), so an `except` in the body behaves the same.
-        replayed = stored_errors.decode_error(error)
-        if type(replayed) is not type(exc):
-            replayed.__cause__ = exc
-            return replayed, None
-        return exc, None
+        return failed_outcome(run, defn, values, began, exc)
     current_frame.reset(token)
+    return value_outcome(run, defn, values, began, value)
+
+
+def failed_outcome(
+    run: RunState, defn: StepDef, values: dict[str, Any], began: float, exc: BaseException
+) -> tuple[BaseException, None]:
+    """Record that the step's body raised ``exc``: what the body calling it sees raised.
+    Control flow is raised through unrecorded."""
+    step_id = values["step_id"]
+    if _passes_through(exc) or (defn.atomic and exc is run.aborted):
+        raise exc
+    maybe_crash(step_id, defn.name)
+    error = stored_errors.encode_error(exc)
+    _record(run, values, "failed", began, error=error, after=defn.unsafe_to_repeat)
+    # From here on the failure's traceback is the recorded one, as on a replay: the
+    # run's outcome is then the same whether this pass or a later one gives it.
+    failure_detail.recorded(exc, error.get("traceback"))
+    if isinstance(exc, Terminal):
+        failure_detail.stopped_in(exc, step_id)  # the run's outcome says where
+        aborted = run.abort(exc)
+        aborted.__suppress_context__ = True
+        return aborted, None
+    # The body must see what a replay will re-raise: if the exception cannot be
+    # rebuilt as its own type, the live pass gets the StepFailure a replay would get
+    # (with the original chained), so an `except` in the body behaves the same.
+    replayed = stored_errors.decode_error(error)
+    if type(replayed) is not type(exc):
+        replayed.__cause__ = exc
+        return replayed, None
+    return exc, None
+
+
+def value_outcome(
+    run: RunState, defn: StepDef, values: dict[str, Any], began: float, value: Any
+) -> tuple[EverystepError | None, Any]:
+    """Record that the step's body returned ``value``: (None, the value as a replay
+    serves it), or (the error, None) if it cannot be stored."""
+    step_id = values["step_id"]
     maybe_crash(step_id, defn.name)
     try:
         result = serde.encode(value, f"result of step {step_id} ({defn.name})")
@@ -136,6 +180,13 @@ def _run_and_record(
         return exc, None
     _record(run, values, "done", began, result=result, after=defn.unsafe_to_repeat)
     return None, serde.decode(result)
+
+
+def step_span(run: RunState, step_id: str, name: str) -> Any:
+    """The span of a step's body, if this pass is traced."""
+    if not run.traced:
+        return nullcontext()
+    return tracing.span("everystep.step", run_id=run.run_id, step_id=step_id, step=name)
 
 
 @contextmanager

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import logging
 import sys
 from datetime import datetime
@@ -125,13 +126,19 @@ def task_definition(name: str) -> WorkflowDef:
 
 @functools.lru_cache(maxsize=1024)
 def _definition_of(name: str, task: Any) -> WorkflowDef:
-    def body(args: list[Any], kwargs: dict[str, Any]) -> Any:
+    def call(args: list[Any], kwargs: dict[str, Any]) -> Any:
         if task.takes_context:
             context = framework_module(task, "base").TaskContext(task_result=_current_result(task))
             return task.func(context, *args, **kwargs)
         return task.func(*args, **kwargs)
 
-    return WorkflowDef(name, body, task=task)
+    if not inspect.iscoroutinefunction(task.func):
+        return WorkflowDef(name, call, task=task)
+
+    async def body(args: list[Any], kwargs: dict[str, Any]) -> Any:
+        return await call(args, kwargs)
+
+    return WorkflowDef(name, body, task=task, is_async=True)
 
 
 def definition(name: str) -> WorkflowDef | None:

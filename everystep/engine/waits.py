@@ -86,7 +86,13 @@ def wait_for(name: str, timeout: timedelta | float | None = None) -> Any:
     its payload, or raise ``WaitTimeout`` once ``timeout`` has passed without it."""
     check_event_name(name)
     limit = None if timeout is None else as_delay(timeout, "wait_for() timeout")
-    op = reach(durable_frame("wait_for()"), WAIT, waits=True)
+    return waited_for(
+        reach(durable_frame("wait_for()", "await_for()"), WAIT, waits=True), name, limit
+    )
+
+
+def waited_for(op: Operation, name: str, limit: timedelta | None) -> Any:
+    """The wait for the event ``name`` reached as ``op`` (``wait_for``, ``await_for``)."""
     awaited = Awaited(
         args=[name],
         holds={"event": name},
@@ -158,7 +164,12 @@ def durable(op: Operation, awaited: Awaited, limit: timedelta | None) -> Any:
 
 
 def _sleep(wake_time: Any, what: str) -> None:
-    op = reach(durable_frame(what), SLEEP)
+    slept(reach(durable_frame(what, f"a{what}"), SLEEP), wake_time)
+
+
+def slept(op: Operation, wake_time: Callable[[datetime], datetime]) -> None:
+    """The sleep reached as ``op`` (``sleep``, ``asleep``…): recorded with the wake time
+    ``wake_time(now)`` on its first pass; ``Suspended`` until that time has come."""
     now = timezone.now()
     if op.decision is Decision.EXECUTE:
         wake = wake_time(now)
@@ -181,16 +192,28 @@ def recorded_time(encoded: Any) -> datetime | None:
     return None if value is None else project_time(value)
 
 
-def durable_frame(what: str) -> Frame:
-    """The body frame a durable wait needs, or why ``what`` cannot wait here."""
+def durable_frame(what: str, twin: str | None = None) -> Frame:
+    """The body frame a durable wait needs, or why ``what`` cannot wait here (``twin``:
+    its awaitable twin, named to an async body calling the sync one)."""
     frame = body_frame()
     if frame is not None:
+        if twin is not None:
+            sync_only(frame, what, twin)
         return frame
     if current_frame.get() is None:
         raise EverystepError(f"{what} is only durable inside a running workflow body")
     raise EverystepError(
         f"{what} inside a step body cannot be durable; call it from the workflow body"
     )
+
+
+def sync_only(frame: Frame, what: str, twin: str) -> None:
+    """Refuse a sync operation in an async body: it would block the event loop, and
+    Django's ORM refuses to run there (``SynchronousOnlyOperation``)."""
+    if frame.run.is_async:
+        raise frame.run.abort(
+            EverystepError(f"{what} cannot be called in an async workflow body: use await {twin}")
+        )
 
 
 def woken(run: RunState, step_id: str, now: datetime, wake: datetime | None = None) -> None:

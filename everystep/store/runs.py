@@ -173,12 +173,15 @@ def get_run(run_id: UUID | str) -> Workflow | None:
 
 
 @guarded
-def load_steps(run_id: UUID) -> dict[str, RecordedStep]:
-    """Every recorded step of a run, by step id."""
-    rows = Step.objects.filter(workflow_id=run_id).values_list(
-        "step_id", "name", "status", "result", "error"
-    )
-    return {row[0]: RecordedStep(*row) for row in rows}
+def load_steps(run_id: UUID, *, calls: bool = False) -> dict[str, RecordedStep]:
+    """Every recorded step of a run, by step id; with ``calls``, each with its stored
+    arguments too."""
+    fields = ["step_id", "name", "status", "result", "error"]
+    if not calls:
+        rows = Step.objects.filter(workflow_id=run_id).values_list(*fields)
+        return {row[0]: RecordedStep(*row) for row in rows}
+    rows = Step.objects.filter(workflow_id=run_id).values_list(*fields, "args", "kwargs")
+    return {row[0]: RecordedStep(*row[:5], call=[row[5], row[6]]) for row in rows}
 
 
 RESOLVE_MODES = ("result", "error", "discard")

@@ -1,0 +1,112 @@
+"""The async twins of the public API, for ``async def`` callers and bodies.
+
+From async code outside a run (an ASGI view, a script's event loop): ``aschedule`` and
+``asend`` do what ``schedule`` and ``send`` do, on a thread (Django's ORM is sync), and
+``aresult`` / ``agather`` wait without holding a thread or a connection each: every
+waiter of a process shares one wake-up (``everystep.engine.waiters``).
+
+Inside an ``async def`` workflow body: ``asleep``, ``asleep_until``, ``await_for``,
+``astart``, ``aresult`` and ``agather`` are the body's durable waits and child starts,
+recorded as their sync twins are. Each takes its step id when it is *called*, not when
+it is awaited, so concurrent awaits get the same ids on every pass
+(``everystep.engine.async_ops``).
+
+``aresult`` and friends are plain functions returning an awaitable, for that reason:
+``await aresult(run)`` reads as a coroutine call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Never
+from uuid import UUID
+
+from asgiref.sync import sync_to_async
+
+if TYPE_CHECKING:
+    from everystep.models import Workflow
+
+
+async def aschedule(
+    workflow_fn: Callable[..., Any],
+    *args: Any,
+    at: datetime | None = None,
+    delay: timedelta | float | None = None,
+    idempotency_key: str | None = None,
+    **keywords: Never,
+) -> Workflow:
+    """``schedule()`` from async code. It runs on Django's thread for sync code
+    (``sync_to_async``), so it joins a transaction only if that thread holds one: in an
+    async view there is none, and the run commits at once. To schedule with other writes
+    in one transaction, put both in a sync function and await it through
+    ``sync_to_async`` (docs/async.md)."""
+    from everystep.scheduling import schedule
+
+    return await sync_to_async(schedule, thread_sensitive=True)(
+        workflow_fn, *args, at=at, delay=delay, idempotency_key=idempotency_key, **keywords
+    )
+
+
+async def asend(run_id: UUID | str, name: str, payload: Any = None) -> bool:
+    """``send()`` from async code (committed at once, as ``aschedule``)."""
+    from everystep.store.events import send_event
+
+    return await sync_to_async(send_event, thread_sensitive=True)(run_id, name, payload)
+
+
+def aresult(run: Workflow | UUID | str, timeout: timedelta | float | None = None) -> Awaitable[Any]:
+    """Await ``run``'s result once it has ended, as ``result()`` returns it. Outside a
+    body the wait holds no thread and shares the process's wake-up; inside an async body
+    it is durable."""
+    from everystep.engine import async_ops
+
+    return async_ops.aresult(run, timeout)
+
+
+def agather(
+    runs: Sequence[Workflow | UUID | str], timeout: timedelta | float | None = None
+) -> Awaitable[list[Any]]:
+    """Await the results of ``runs`` in order, as ``gather()`` returns them."""
+    from everystep.engine import async_ops
+
+    return async_ops.agather(runs, timeout)
+
+
+def asleep(delay: timedelta | float) -> Awaitable[None]:
+    """Inside an async workflow body: ``await asleep(delay)`` waits durably, as
+    ``sleep()`` does in a sync body."""
+    from everystep.engine import async_ops
+
+    return async_ops.asleep(delay)
+
+
+def asleep_until(when: datetime) -> Awaitable[None]:
+    """Inside an async workflow body: ``await asleep_until(when)``, durably."""
+    from everystep.engine import async_ops
+
+    return async_ops.asleep_until(when)
+
+
+def await_for(name: str, timeout: timedelta | float | None = None) -> Awaitable[Any]:
+    """Inside an async workflow body: wait durably for the event ``name``, as
+    ``wait_for()`` does in a sync body."""
+    from everystep.engine import async_ops
+
+    return async_ops.await_for(name, timeout)
+
+
+def astart(
+    workflow_fn: Callable[..., Any],
+    *args: Any,
+    idempotency_key: str | None = None,
+    everystep_id: str | None = None,
+    **keywords: Never,
+) -> Awaitable[Workflow]:
+    """``start()`` from an async workflow body (a recorded child start); outside a body
+    it is ``aschedule()``."""
+    from everystep.engine import async_ops
+    from everystep.scheduling import run_of
+
+    defn, stored = run_of(workflow_fn, args, keywords, idempotency_key, "astart")
+    return async_ops.astart(defn.name, stored, idempotency_key, everystep_id)

@@ -1,0 +1,178 @@
+"""The awaitable operations of an ``async def`` body, and ``aresult`` / ``agather``
+outside one.
+
+Every operation takes its step id when it is *called*, in the calling task, exactly as
+its sync twin does; only the work behind the id (the database, the step's body) waits
+for the ``await``. A body's control flow is sequential within each task, and a task
+created in a body gets a scope of its own (``everystep.engine.async_body``), so the ids
+are the same on every pass however the awaits interleave.
+
+What follows the id is the sync twin's own code, run on a thread (``offload``): the
+decisions and writes of an async run are the same functions as a sync run's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from everystep.engine import children, results, waits
+from everystep.engine.offload import offload
+from everystep.engine.pass_state import Frame
+from everystep.engine.recorded import Operation, body_frame, reach
+from everystep.errors import EverystepError, Suspended
+
+if TYPE_CHECKING:
+    from uuid import UUID
+
+    from everystep.models import Workflow
+
+
+async def operation(work: Callable[[], Awaitable[Any]], op: Operation) -> Any:
+    """The coroutine every awaitable operation of a body is: a task made of one (in
+    ``asyncio.gather``) takes no scope of its own, its id being taken already."""
+    op.run.unawaited.pop(op.step_id, None)
+    return await work()
+
+
+def issue(work: Callable[[], Awaitable[Any]], op: Operation) -> Coroutine[Any, Any, Any]:
+    """The awaitable of the operation reached as ``op``, doing ``work`` once awaited.
+    Until then it counts as not awaited: a body that returns with one such forgot an
+    ``await``, and its run fails saying so (``engine.async_body``)."""
+    op.run.unawaited[op.step_id] = op.name
+    return operation(work, op)
+
+
+def handed_over(coro: object) -> bool:
+    """Whether ``coro`` is an operation, now handed to a task (``asyncio.gather``, a
+    ``TaskGroup``): it counts as awaited, and the task takes no scope of its own."""
+    if getattr(coro, "cr_code", None) is not operation.__code__:
+        return False
+    frame = getattr(coro, "cr_frame", None)
+    op = None if frame is None else frame.f_locals.get("op")
+    if op is not None:
+        op.run.unawaited.pop(op.step_id, None)
+    return True
+
+
+def async_frame(what: str, twin: str) -> Frame | None:
+    """The frame of the async body calling ``what``, None outside a body or inside a
+    step; a sync body is told to use ``twin``."""
+    frame = body_frame()
+    if frame is not None and not frame.run.is_async:
+        raise EverystepError(
+            f"{what} is for async workflow bodies; in a sync body call {twin} (no await)"
+        )
+    return frame
+
+
+def durable_async_frame(what: str, twin: str) -> Frame:
+    frame = async_frame(what, twin)
+    if frame is None:
+        waits.durable_frame(what)  # raises why: outside a run, or inside a step
+        raise AssertionError("unreachable")
+    return frame
+
+
+async def _suspending(frame: Frame, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on a thread; a ``Suspended`` it raises is kept for the pass, which
+    ends when the body does and must wake for the earliest of its waits."""
+    try:
+        return await offload(fn, *args)
+    except Suspended as wait:
+        frame.run.suspensions.append(wait)
+        raise
+
+
+# -- waits -------------------------------------------------------------------------------
+
+
+def asleep(delay: timedelta | float) -> Coroutine[Any, Any, None]:
+    wait = waits.as_delay(delay, "asleep() delay")
+    frame = durable_async_frame("asleep()", "sleep()")
+    op = reach(frame, waits.SLEEP)
+    return issue(lambda: _suspending(frame, waits.slept, op, lambda now: now + wait), op)
+
+
+def asleep_until(when: datetime) -> Coroutine[Any, Any, None]:
+    instant = waits.as_instant(when, "asleep_until() time")
+    frame = durable_async_frame("asleep_until()", "sleep_until()")
+    op = reach(frame, waits.SLEEP)
+    return issue(lambda: _suspending(frame, waits.slept, op, lambda now: instant), op)
+
+
+def await_for(name: str, timeout: timedelta | float | None = None) -> Coroutine[Any, Any, Any]:
+    waits.check_event_name(name)
+    limit = None if timeout is None else waits.as_delay(timeout, "await_for() timeout")
+    frame = durable_async_frame("await_for()", "wait_for()")
+    op = reach(frame, waits.WAIT, waits=True)
+    return issue(lambda: _suspending(frame, waits.waited_for, op, name, limit), op)
+
+
+# -- children and runs -------------------------------------------------------------------
+
+
+def astart(
+    name: str, stored: Any, idempotency_key: str | None, everystep_id: str | None
+) -> Coroutine[Any, Any, Workflow]:
+    """The child start of workflow ``name`` with ``stored`` arguments; outside a body, a
+    run scheduled at once."""
+    from everystep.store.runs import create_run
+
+    frame = async_frame("astart()", "start()")
+    if frame is None:
+        return offload(create_run, name, stored, idempotency_key)
+    op = reach(frame, children.START, everystep_id=everystep_id)
+    return issue(lambda: offload(children.started, op, name, stored, idempotency_key), op)
+
+
+def aresult(
+    run: Workflow | UUID | str, timeout: timedelta | float | None = None
+) -> Coroutine[Any, Any, Any]:
+    ids = results.run_ids([run], "aresult()")
+    limit = None if timeout is None else waits.as_delay(timeout, "aresult() timeout")
+    frame = async_frame("aresult()", "result()")
+    if frame is None:
+        return _first(_outside(ids, limit, "aresult()"))
+    op = reach(frame, results.RESULT, waits=True)
+    return issue(lambda: _first(_in_body(frame, op, ids, limit, "aresult()")), op)
+
+
+def agather(
+    runs: Sequence[Workflow | UUID | str], timeout: timedelta | float | None = None
+) -> Coroutine[Any, Any, list[Any]]:
+    if isinstance(runs, str | bytes):
+        raise EverystepError("agather() takes a list of runs; for one run use aresult()")
+    from everystep.models import Workflow as Row
+
+    if isinstance(runs, Row):
+        raise EverystepError("agather() takes a list of runs; for one run use aresult()")
+    ids = results.run_ids(list(runs), "agather()")
+    limit = None if timeout is None else waits.as_delay(timeout, "agather() timeout")
+    frame = async_frame("agather()", "gather()")
+    if frame is None:
+        return _all(_outside(ids, limit, "agather()"))
+    op = reach(frame, results.GATHER, waits=True)
+    return issue(lambda: _all(_in_body(frame, op, ids, limit, "agather()")), op)
+
+
+async def _outside(ids: list[UUID], limit: timedelta | None, what: str) -> list[dict[str, Any]]:
+    from everystep.engine.waiters import wait_ended
+
+    return await wait_ended(ids, limit, what)
+
+
+async def _in_body(
+    frame: Frame, op: Operation, ids: list[UUID], limit: timedelta | None, what: str
+) -> list[dict[str, Any]]:
+    return list(await _suspending(frame, results.awaited_runs, op, ids, limit, what))
+
+
+async def _first(outcomes: Awaitable[list[dict[str, Any]]]) -> Any:
+    (outcome,) = await outcomes
+    return results.value(outcome)
+
+
+async def _all(outcomes: Awaitable[list[dict[str, Any]]]) -> list[Any]:
+    return results.values(await outcomes)
