@@ -9,12 +9,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from everystep import conf, registry, serde, signals, tracing
 from everystep.engine import task_runs
 from everystep.engine.crashes import simulated_crash
+from everystep.engine.offload import offload
 from everystep.engine.outcome import PassResult, abandon, end_pass, finish
 from everystep.engine.pass_state import Frame, RunState, Scope, current_frame
 from everystep.errors import EverystepError, RunInterrupted, StoreUnavailable, TooManyRecoveries
@@ -31,14 +32,71 @@ def run_pass(claim: Claim, *, should_drain: Callable[[], bool] = lambda: False) 
 
     ``retry`` means the database could not be reached: the run is still claimed by
     ``claim`` and the caller should run the pass again once the database is back.
+
+    An async body runs on an event loop made for this pass, its database work on this
+    thread (so a test's transaction holds it): a worker runs async runs on its own
+    loop instead (``arun_pass``).
     """
     try:
-        return _run_pass(claim, should_drain)
+        begun = begin_pass(claim, should_drain)
+        if isinstance(begun, PassResult):
+            return begun
+        if begun.defn.is_async:
+            from asgiref.sync import async_to_sync
+
+            return async_to_sync(_async_body)(begun)
+        began = time.monotonic()
+        with _run_span(begun):
+            value, outcome = replay(begun.state, begun.defn, begun.state.claim.args)
+        return end_begun(begun, began, value, outcome)
     except StoreUnavailable as exc:
         return PassResult("retry", exc)
 
 
-def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
+async def arun_pass(
+    claim: Claim, *, should_drain: Callable[[], bool] = lambda: False
+) -> PassResult:
+    """``run_pass`` on the running event loop: the body awaited there, the database work
+    on threads (``everystep.engine.offload``). A sync body's pass runs on a thread."""
+    try:
+        begun = await offload(begin_pass, claim, should_drain)
+        if isinstance(begun, PassResult):
+            return begun
+        if not begun.defn.is_async:
+            return await offload(_sync_body, begun)
+        return await _async_body(begun)
+    except StoreUnavailable as exc:
+        return PassResult("retry", exc)
+
+
+def _sync_body(begun: Begun) -> PassResult:
+    began = time.monotonic()
+    with _run_span(begun):
+        value, outcome = replay(begun.state, begun.defn, begun.state.claim.args)
+    return end_begun(begun, began, value, outcome)
+
+
+async def _async_body(begun: Begun) -> PassResult:
+    from everystep.engine.async_body import areplay
+
+    began = time.monotonic()
+    with _run_span(begun):
+        value, outcome = await areplay(begun.state, begun.defn, begun.state.claim.args)
+    return await offload(end_begun, begun, began, value, outcome)
+
+
+@dataclass(frozen=True)
+class Begun:
+    """A pass ready to run its body: the run's definition and the pass's state."""
+
+    defn: registry.WorkflowDef
+    state: RunState
+
+
+def begin_pass(claim: Claim, should_drain: Callable[[], bool]) -> Begun | PassResult:
+    """Everything a pass does before the body: read the run if the claim did not, find
+    its definition, refuse it if it must, load its records. A ``PassResult`` if the pass
+    ends there."""
     if claim.workflow is None:  # the claim was not read with its run: read it now
         row = get_run(claim.run_id)
         if row is None:
@@ -53,7 +111,7 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
     if refusal is not None:
         return finish(claim, name, time.monotonic(), Status.FAILED, exc=refusal)
     assert defn is not None
-    state = _new_state(claim, name, should_drain)
+    state = _new_state(claim, name, should_drain, defn.is_async)
     if defn.task is not None:
         try:
             state.task_result = task_runs.begin(claim)
@@ -68,19 +126,28 @@ def _run_pass(claim: Claim, should_drain: Callable[[], bool]) -> PassResult:
         runner=claim.runner,
         replayed_steps=len(state.records),
     )
-    began = time.monotonic()
-    with (
-        tracing.span("everystep.workflow", run_id=claim.run_id, workflow=name, runner=claim.runner)
-        if state.traced
-        else nullcontext()
-    ):
-        value, outcome = replay(state, defn, claim.args)
+    return Begun(defn, state)
+
+
+def _run_span(begun: Begun) -> Any:
+    state = begun.state
+    if not state.traced:
+        return nullcontext()
+    claim = state.claim
+    return tracing.span(
+        "everystep.workflow", run_id=claim.run_id, workflow=claim.workflow, runner=claim.runner
+    )
+
+
+def end_begun(begun: Begun, began: float, value: Any, outcome: BaseException | None) -> PassResult:
+    """End the pass whose body returned ``value`` or raised ``outcome``."""
+    state = begun.state
     if not isinstance(outcome, RunInterrupted):
         # everystep.testing's "before_finish": died after the last record, before the outcome.
-        outcome = simulated_crash("before_finish", "", name) or outcome
+        outcome = simulated_crash("before_finish", "", state.workflow_name) or outcome
     ended = end_pass(state, began, value, outcome)
-    if defn.task is not None and ended.status in FINAL_STATUSES:
-        task_runs.finished(claim, name)
+    if begun.defn.task is not None and ended.status in FINAL_STATUSES:
+        task_runs.finished(state.claim, state.workflow_name)
     return ended
 
 
@@ -112,19 +179,25 @@ def _not_a_task(name: str) -> str:
     return "a task"  # it resolved since: a definition the next pass finds
 
 
-def _new_state(claim: Claim, name: str, should_drain: Callable[[], bool]) -> RunState:
+def _new_state(
+    claim: Claim, name: str, should_drain: Callable[[], bool], is_async: bool
+) -> RunState:
     conn = database.connection()
     return RunState(
         claim=claim,
         workflow_name=name,
-        # A fresh run has nothing recorded: no need to ask.
-        records={} if claim.fresh else load_steps(claim.run_id),
+        # A fresh run has nothing recorded: no need to ask. An async run's served steps
+        # are checked against their calls (``engine.async_steps``): their arguments too.
+        records={} if claim.fresh else load_steps(claim.run_id, calls=is_async),
         should_drain=should_drain,
         # Branch threads cannot see the rows of an enclosing, uncommitted transaction
         # (a test wrapped in one), so forks run inline there.
         threads_allowed=not conn.in_atomic_block,
-        holds_records=merges_records(conn),
+        # Held records assume one writer at a time in the body's own scope; an async
+        # body's concurrent awaits in that scope are several.
+        holds_records=merges_records(conn) and not is_async,
         traced=tracing.enabled(),
+        is_async=is_async,
     )
 
 

@@ -20,6 +20,7 @@ from everystep.engine.pass_state import Frame, Scope, current_frame
 from everystep.engine.recorded import flush
 from everystep.errors import (
     EffectUncertain,
+    EverystepError,
     RunInterrupted,
     Suspended,
     Terminal,
@@ -69,6 +70,13 @@ def parallel(*branches: Branch, everystep_id: str | None = None) -> tuple[Any, .
     """Run ``branches`` concurrently; return their results as a tuple in branch order."""
     plan = _normalize(branches)
     frame = current_frame.get()
+    if frame is not None and not frame.in_step and frame.run.is_async:
+        raise frame.run.abort(
+            EverystepError(
+                "parallel() cannot be called in an async workflow body: await the steps "
+                "together with asyncio.gather() or an asyncio.TaskGroup"
+            )
+        )
     fork_id: str | None = None
     if frame is None or frame.in_step:
         frames: list[Frame | None] = [None] * len(plan)
@@ -153,16 +161,20 @@ def _joined(results: list[Any], errors: list[BaseException | None]) -> tuple[Any
                 raise exc
     if waits:
         # Branches still waiting: the fork is not over, and the errors of the others are
-        # recorded and will be re-raised by the pass that completes it. The run waits
-        # until the first branch is due, for any event a branch awaits, or until every
-        # run the branches await has ended.
-        dues = [exc.due for exc in waits if exc.due is not None]
-        raise Suspended(
-            min(dues) if dues else None,
-            frozenset().union(*(w.events for w in waits)),
-            frozenset().union(*(w.runs for w in waits)),
-        )
+        # recorded and will be re-raised by the pass that completes it.
+        raise waits_together(waits)
     raise_failures(raised, "parallel branches")
+
+
+def waits_together(waits: Sequence[Suspended]) -> Suspended:
+    """Several waits reached on one pass, as the one the run is released with: until the
+    first is due, for any event one awaits, or until every run they await has ended."""
+    dues = [exc.due for exc in waits if exc.due is not None]
+    return Suspended(
+        min(dues) if dues else None,
+        frozenset().union(*(w.events for w in waits)),
+        frozenset().union(*(w.runs for w in waits)),
+    )
 
 
 def raise_failures(raised: Sequence[BaseException], what: str) -> NoReturn:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from everystep.engine.pass_state import PATCH_RECORD, Frame, check_length, check_name
 from everystep.engine.recorded import body_frame, reach, record, served
 from everystep.engine.replay import Decision
-from everystep.errors import WorkflowCodeError
+from everystep.errors import EverystepError, WorkflowCodeError
 from everystep.models import StepStatus
 
 
@@ -41,6 +41,14 @@ def patched(change_id: str) -> bool:
     frame = body_frame()
     if frame is None:
         return True
+    if frame.run.is_async:
+        raise frame.run.abort(
+            EverystepError(
+                "patched() is not available in async workflow bodies yet: its decision is "
+                "recorded on the spot, and an async body records only through an await. "
+                "Version an async workflow by registering the new body under a new name"
+            )
+        )
     op = reach(
         frame, PATCH_RECORD, step_id=_patch_id(frame, change_id), shown=f"patched({change_id!r})"
     )

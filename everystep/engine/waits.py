@@ -178,11 +178,11 @@ def slept(op: Operation, wake_time: Callable[[datetime], datetime]) -> None:
             raise Suspended(wake)
         return
     assert op.recorded is not None  # a sleep's record is always done: its wake time
-    wake = recorded_time(op.recorded.result)
-    assert wake is not None
-    if wake > now:
-        raise Suspended(wake)
-    woken(op.run, op.step_id, now, wake)
+    recorded = recorded_time(op.recorded.result)
+    assert recorded is not None
+    if recorded > now:
+        raise Suspended(recorded)
+    woken(op.run, op.step_id, now, recorded)
 
 
 def recorded_time(encoded: Any) -> datetime | None:

@@ -181,7 +181,10 @@ def load_steps(run_id: UUID, *, calls: bool = False) -> dict[str, RecordedStep]:
         rows = Step.objects.filter(workflow_id=run_id).values_list(*fields)
         return {row[0]: RecordedStep(*row) for row in rows}
     rows = Step.objects.filter(workflow_id=run_id).values_list(*fields, "args", "kwargs")
-    return {row[0]: RecordedStep(*row[:5], call=[row[5], row[6]]) for row in rows}
+    return {
+        step_id: RecordedStep(step_id, name, status, result, error, call=[args, kwargs])
+        for step_id, name, status, result, error, args, kwargs in rows
+    }
 
 
 RESOLVE_MODES = ("result", "error", "discard")

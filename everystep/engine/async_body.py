@@ -1,0 +1,149 @@
+"""An ``async def`` body's replay: awaited on an event loop, its tasks each in a scope.
+
+Step ids must be the same on every pass, and in an async body awaits interleave by
+timing. Two rules make the ids independent of that order:
+
+- an operation (a step call, a wait, a child start) takes its id when it is *called*
+  (``everystep.engine.async_ops``), and one task's calls happen in its own code's order;
+- a task created in a body (``asyncio.gather`` of coroutines, ``create_task``, a
+  ``TaskGroup``) takes the next position of its creator's scope when it is created, and
+  its own operations are numbered in a scope of their own under it (``3.0.1``,
+  ``3.0.2``…), as a ``parallel()`` branch's are. A task made of one operation only
+  (``asyncio.gather(charge(a), charge(b))``) needs no scope: the operation has its id.
+
+So what could still differ between passes is a body whose path depends on which await
+finished first. ``asyncio.wait`` and ``asyncio.as_completed`` exist to do that: they are
+refused in a body (use ``asyncio.gather`` or a ``TaskGroup``, which keep call order).
+Other timing-dependent code (a shared list appended in completion order) is caught when
+a served step is called with other arguments than it was recorded with
+(``everystep.engine.async_steps``): ``WorkflowCodeError``, never another call's result.
+
+The pass ends when the body does; tasks of the body still running then may finish the
+operation they are in, and start no other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Coroutine
+from typing import Any
+
+from everystep import serde
+from everystep.engine.async_ops import handed_over
+from everystep.engine.parallel import waits_together
+from everystep.engine.pass_state import Frame, RunState, Scope, current_frame
+from everystep.errors import EverystepError, RunInterrupted, Suspended
+from everystep.registry import WorkflowDef
+
+# The completion callbacks of ``asyncio.wait`` and ``asyncio.as_completed`` (Python 3.11
+# to 3.13): which task they report first depends on timing.
+_BY_COMPLETION = frozenset(
+    {
+        "_wait.<locals>._on_completion",
+        "as_completed.<locals>._on_completion",
+        "_AsCompletedIterator._handle_completion",
+    }
+)
+
+
+class PassOver(RunInterrupted):
+    """Internal: the body has ended; a task it left running starts nothing more."""
+
+
+class BodyTask(asyncio.Task[Any]):
+    """A task created in a running body (see the module docstring)."""
+
+    run: RunState
+
+    def add_done_callback(self, fn: Any, *, context: Any = None) -> None:
+        if getattr(fn, "__module__", None) == "asyncio.tasks" and (
+            getattr(fn, "__qualname__", "") in _BY_COMPLETION
+            or getattr(getattr(fn, "__func__", None), "__qualname__", "") in _BY_COMPLETION
+        ):
+            raise self.run.abort(
+                EverystepError(
+                    f"run {self.run.run_id}: asyncio.wait() and asyncio.as_completed() "
+                    "cannot wait for a workflow body's tasks: which finishes first depends "
+                    "on timing, and a replay could take another path. Await them in an "
+                    "order the code fixes: asyncio.gather() or an asyncio.TaskGroup"
+                )
+            )
+        super().add_done_callback(fn, context=context)
+
+
+def task_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Future[Any]:
+    """The task factory of every loop that runs bodies: a task created in a body gets
+    the next position of its creator's scope, and a scope of its own under it."""
+    frame = current_frame.get()
+    if frame is None or frame.in_step or not frame.run.is_async:
+        return asyncio.Task(coro, loop=loop, **kwargs)
+    run = frame.run
+    if not handed_over(coro):
+        context = kwargs.pop("context", None)
+        context = contextvars.copy_context() if context is None else context.copy()
+        scope = Scope(f"{frame.next_id(None)}.0.")
+        context.run(current_frame.set, Frame(run, scope))
+        kwargs["context"] = context
+    task = BodyTask(coro, loop=loop, **kwargs)
+    task.run = run
+    run.tasks.append(task)
+    return task
+
+
+def install(loop: asyncio.AbstractEventLoop) -> None:
+    """Make ``loop`` number its bodies' tasks (``task_factory``)."""
+    current = loop.get_task_factory()
+    if current is task_factory:
+        return
+    if current is not None:
+        raise EverystepError(
+            "an async workflow body cannot run on an event loop with a task factory of "
+            "its own: everystep numbers the tasks a body creates"
+        )
+    loop.set_task_factory(task_factory)
+
+
+async def areplay(
+    state: RunState, defn: WorkflowDef, args: Any
+) -> tuple[Any, BaseException | None]:
+    """Await the body once over ``state``: its value, or what it raised (None, the
+    outcome), as ``execute.replay`` for a sync body."""
+    install(asyncio.get_running_loop())
+    outcome: BaseException | None = None
+    value: Any = None
+    token = current_frame.set(Frame(state, Scope()))
+    try:
+        body: Coroutine[Any, Any, Any] = defn.fn(*serde.decode(args))
+        value = await body
+    except (Exception, RunInterrupted) as exc:
+        outcome = exc
+    finally:
+        current_frame.reset(token)
+    await _left_running(state)
+    if outcome is None and state.aborted is None and state.unawaited:
+        outcome = state.abort(_forgotten(state))
+    outcome = state.aborted or outcome
+    if isinstance(outcome, Suspended):
+        outcome = waits_together([outcome, *state.suspensions])
+    return value, outcome
+
+
+async def _left_running(state: RunState) -> None:
+    """Let the tasks the body left running end: each may finish the operation it is in
+    (its record is written, under the claim), and starts no other."""
+    pending = [task for task in state.tasks if not task.done()]
+    if not pending:
+        return
+    aborted = state.aborted
+    state.abort(PassOver("the workflow body has ended"))
+    await asyncio.gather(*pending, return_exceptions=True)
+    state.aborted = aborted
+
+
+def _forgotten(state: RunState) -> EverystepError:
+    step_id, name = next(iter(state.unawaited.items()))
+    return EverystepError(
+        f"run {state.run_id}: {name} was called at step {step_id} and never awaited: in "
+        "an async body, await every step call and wait (a sync @step too)"
+    )
