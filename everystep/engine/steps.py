@@ -37,10 +37,6 @@ def call_step(
     frame = body_frame()
     if frame is None:
         return defn.fn(*args, **kwargs)
-    if frame.run.is_async:
-        from everystep.engine.async_steps import call_async
-
-        return call_async(frame, defn, args, kwargs, everystep_id)
     if defn.is_async:
         raise frame.run.abort(
             EverystepError(

@@ -9,6 +9,10 @@ query opens a new one.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 from django.db import connections
 
 
@@ -27,3 +31,23 @@ def keep_connections() -> None:
                 conn.errors_occurred = False
             else:
                 conn.close()
+
+
+def close_thread_connections(executor: ThreadPoolExecutor) -> None:
+    """Make every thread ``executor`` started close its connections (before a shutdown
+    that waits for them)."""
+    # Connections are per thread: one job per started thread, held at a barrier until
+    # all have started, so that no thread takes two and every thread closes its own.
+    # Only the threads the pool started: submitting more would start them to no end.
+    size = len(getattr(executor, "_threads", ()))
+    if not size:
+        return
+    barrier = threading.Barrier(size)
+
+    def close() -> None:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(timeout=10)
+        connections.close_all()
+
+    for _ in range(size):
+        executor.submit(close)

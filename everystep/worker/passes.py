@@ -11,12 +11,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+from everystep.engine import task_runs
 from everystep.engine.execute import run_pass
 from everystep.engine.outcome import PassResult, fail
 from everystep.errors import StoreUnavailable
 from everystep.store.runs import get_run
 from everystep.values import Claim
 from everystep.worker.connections import keep_connections
+from everystep.worker.event_loop import EventLoop
 from everystep.worker.outage import Outage
 from everystep.worker.worker_state import WorkerState
 
@@ -26,9 +28,24 @@ logger = logging.getLogger("everystep.worker")
 def submit(state: WorkerState, executor: ThreadPoolExecutor, batch: list[Claim]) -> None:
     """Start a pass of each run in ``batch`` on the pool; a finished pass wakes the loop."""
     for held in batch:
-        future = executor.submit(_execute, state, held)
+        if _is_async(held):
+            if state.event_loop is None:
+                state.event_loop = EventLoop(state.options.pool_size)
+            future = state.event_loop.submit(held, state.stop.is_set)
+        else:
+            future = executor.submit(_execute, state, held)
         state.running[future] = held
         future.add_done_callback(lambda _: state.wake.set())
+
+
+def _is_async(held: Claim) -> bool:
+    """Whether ``held`` is a run of an ``async def`` body, for the event loop. A claim
+    not read with its run goes to a thread, whose pass runs an async body on a loop of
+    its own."""
+    if held.workflow is None:
+        return False
+    defn = task_runs.definition(held.workflow)
+    return defn is not None and defn.is_async
 
 
 def _execute(state: WorkerState, held: Claim) -> PassResult:

@@ -6,9 +6,7 @@ Runs in ``Worker.run()``'s ``finally``, whatever ended the loop.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -20,6 +18,7 @@ from everystep.store import database
 from everystep.store.guard import UNREACHABLE
 from everystep.store.outcome import requeue_run
 from everystep.values import Claim
+from everystep.worker.connections import close_thread_connections
 from everystep.worker.heartbeat import SHUTDOWN_LOCK_WAIT, Heartbeat
 from everystep.worker.worker_state import WorkerState
 
@@ -61,33 +60,21 @@ def drain(
             extra={"event": "worker.drain_deadline", "runner": options.name},
         )
     beat.stop()
+    if worker.event_loop is not None:
+        worker.event_loop.close(wait=not leftovers)
     if leftovers:
         # Past the deadline the pool's threads are abandoned (see Worker.run).
         executor.shutdown(wait=False, cancel_futures=True)
     else:
         # The pool is idle: close its threads' connections (kept from run to run) and
         # wait for the threads, so run() leaves neither a thread nor a session behind.
-        _close_pool_connections(executor, options.pool_size)
+        close_thread_connections(executor)
         executor.shutdown(wait=True)
     connections.close_all()
     logger.info(
         "worker %s stopped", options.name, extra={"event": "worker.stopped", "runner": options.name}
     )
     return not leftovers
-
-
-def _close_pool_connections(executor: ThreadPoolExecutor, size: int) -> None:
-    # Connections are per thread: one job per pool thread, held at a barrier until all
-    # have started, so that no thread takes two and every thread closes its own.
-    barrier = threading.Barrier(size)
-
-    def close() -> None:
-        with contextlib.suppress(threading.BrokenBarrierError):
-            barrier.wait(timeout=10)
-        connections.close_all()
-
-    for _ in range(size):
-        executor.submit(close)
 
 
 def _requeue_backlog(worker: WorkerState) -> None:

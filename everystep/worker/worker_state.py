@@ -14,12 +14,15 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
 from everystep import conf
 from everystep.values import Claim
+
+if TYPE_CHECKING:
+    from everystep.worker.event_loop import EventLoop
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,8 @@ class WorkerState:
     # the pool, passes waiting for the database), each with the time it may start.
     running: dict[Future[Any], Claim] = field(default_factory=dict)
     backlog: deque[tuple[float, Claim]] = field(default_factory=deque)
+    # The event loop of async runs' passes, started with the first one.
+    event_loop: EventLoop | None = None
 
     @property
     def draining(self) -> bool:

@@ -50,9 +50,17 @@ def test_subprocess_check_can_see_django_when_imported() -> None:
 
 def test_public_names_are_exported() -> None:
     """``__all__`` lists exactly the public API, durable waits, ``send``, the patch
-    functions, composition and ``fork`` included."""
+    functions, composition, ``fork`` and the async twins included."""
     assert sorted(everystep.__all__) == [
         "Terminal",
+        "agather",
+        "aresult",
+        "aschedule",
+        "asend",
+        "asleep",
+        "asleep_until",
+        "astart",
+        "await_for",
         "deprecate_patch",
         "fork",
         "gather",
