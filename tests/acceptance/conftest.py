@@ -89,6 +89,11 @@ class WorkerProcess:
         finally:
             self._log.flush()
 
+    def thread_count(self) -> int:
+        """The process's threads now (Linux: /proc)."""
+        status = Path(f"/proc/{self.pid}/status").read_text()
+        return int(next(line for line in status.splitlines() if line.startswith("Threads:"))[8:])
+
     def log(self) -> str:
         self._log.flush()
         return self.log_path.read_text(errors="replace")

@@ -9,6 +9,7 @@ class TestappConfig(AppConfig):
 
     def ready(self) -> None:
         from tests.testapp import (
+            async_workflows,  # noqa: F401  (async def bodies and steps)
             chaos,  # noqa: F401  (registers the chaos workflows)
             composition,  # noqa: F401  (child runs, result and gather)
             versioned,  # noqa: F401  (workflows in several versions)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 import threading
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from django.utils import timezone
@@ -162,6 +164,39 @@ async def forgets_await(n: int) -> int:
     """Calls a step without awaiting it."""
     fetch(n)
     return n
+
+
+def _gate(run_id: Any) -> Path:
+    return Path(tempfile.gettempdir()) / f"everystep-test-gate-{run_id}"
+
+
+def release_slow_io(run_id: Any) -> None:
+    """Let ``slow_fetch`` in run ``run_id`` return (in any process)."""
+    _gate(run_id).touch()
+
+
+@step
+async def slow_fetch(n: int, limit: float) -> int:
+    """Awaits until its run's gate is released (``release_slow_io``) or ``limit``
+    seconds have passed, then returns ``n * 10``."""
+    _count("slow_fetch", n)
+    await _executed(f"fetch-{n}")
+    ctx = current()
+    assert ctx is not None
+    gate = _gate(ctx.workflow_id)
+    for _ in range(int(limit / 0.05)):
+        if gate.exists():
+            break
+        await asyncio.sleep(0.05)
+    return n * 10
+
+
+@workflow
+async def awaited_steps_slow(n: int, limit: float) -> int:
+    """As ``awaited_steps``, the second step waiting for its gate (see ``slow_fetch``)."""
+    first = await fetch(n)
+    second = await slow_fetch(first + 1, limit)
+    return int(await fetch(second + 1))
 
 
 @workflow
