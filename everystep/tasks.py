@@ -49,9 +49,8 @@ class EverystepBackend(BaseTaskBackend):
 
     supports_defer = True
     supports_get_result = True
-    # Async workflows are not built yet: an ``async def`` task is refused by Django at
-    # decoration time, with Django's own message, rather than failing at run time.
-    supports_async_task = False
+    # An ``async def`` task runs as an async workflow body (``engine.async_body``).
+    supports_async_task = True
     # Runs are claimed in due order; the seeds chose no priorities.
     supports_priority = False
 

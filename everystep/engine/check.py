@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from everystep import registry
 from everystep.engine import task_runs
-from everystep.engine.execute import replay
+from everystep.engine.execute import replay_here
 from everystep.engine.pass_state import RunState
 from everystep.errors import (
     EffectUncertain,
@@ -149,11 +149,12 @@ def check_pass(
         records=dict(run.records),
         threads_allowed=False,  # branches share this thread's transaction
         checking=True,
+        is_async=defn.is_async,
     )
     # A savepoint: a statement the database refuses (a body writing between its steps)
     # must not spoil the batch's transaction for the runs after this one.
     with database.atomic():
-        _, outcome = replay(state, defn, run.args)
+        _, outcome = replay_here(state, defn, run.args)
         if roll_back:
             database.set_rollback()
     return state, outcome

@@ -201,6 +201,20 @@ def _new_state(
     )
 
 
+def replay_here(
+    state: RunState, defn: registry.WorkflowDef, args: Any
+) -> tuple[Any, BaseException | None]:
+    """``replay`` in this thread, for a sync body or an async one (on an event loop made
+    for it, its database work brought back to this thread and its transaction)."""
+    if not defn.is_async:
+        return replay(state, defn, args)
+    from asgiref.sync import async_to_sync
+
+    from everystep.engine.async_body import areplay
+
+    return async_to_sync(areplay)(state, defn, args)
+
+
 def replay(
     state: RunState, defn: registry.WorkflowDef, args: Any
 ) -> tuple[Any, BaseException | None]:

@@ -28,7 +28,7 @@ from everystep.models import Step, Workflow
 from everystep.store.audit import Actor
 from everystep.store.runs import resolve_step
 from everystep.testing import crash_at, run_due
-from tests.testapp import shapes
+from tests.testapp import async_shapes, shapes
 from tests.testapp.models import Execution
 
 # The runs must really fork into threads (a test transaction would keep branches inline),
@@ -107,14 +107,16 @@ def _step_leaf(kind: str, **fields: st.SearchStrategy[Any]) -> st.SearchStrategy
     return st.fixed_dictionaries({"k": st.just(kind), "named": st.booleans(), **fields})
 
 
-def _compounds(kids: st.SearchStrategy[dict]) -> st.SearchStrategy[dict]:
+def _compounds(kids: st.SearchStrategy[dict], patches: bool = True) -> st.SearchStrategy[dict]:
     some = st.lists(kids, min_size=1, max_size=3)
-    return st.one_of(
+    kinds = [
         st.fixed_dictionaries({"k": st.just("seq"), "items": some}),
         st.fixed_dictionaries({"k": st.just("par"), "branches": some, "named": st.booleans()}),
         st.fixed_dictionaries({"k": st.just("try"), "body": kids, "handler": kids}),
-        st.fixed_dictionaries({"k": st.just("patch"), "body": kids}),
-    )
+    ]
+    if patches:
+        kinds.append(st.fixed_dictionaries({"k": st.just("patch"), "body": kids}))
+    return st.one_of(*kinds)
 
 
 def _labelled(node: dict, labels: Iterator[int]) -> dict:
@@ -131,13 +133,13 @@ def _labelled(node: dict, labels: Iterator[int]) -> dict:
     return node
 
 
-def shapes_of(**weights: int) -> st.SearchStrategy[dict]:
+def shapes_of(*, patches: bool = True, **weights: int) -> st.SearchStrategy[dict]:
     """A sequence of trees whose leaves are drawn by ``weights`` (leaf kind → weight),
     with at most one Terminal step (two in sibling branches would race for the run's
     outcome)."""
     kinds = [kind for kind, weight in weights.items() for _ in range(weight)]
     leaf = st.sampled_from(kinds).flatmap(LEAVES.__getitem__)
-    tree = st.recursive(leaf, _compounds, max_leaves=6)
+    tree = st.recursive(leaf, lambda kids: _compounds(kids, patches), max_leaves=6)
     top = st.lists(tree, min_size=1, max_size=5)
     shape = top.map(lambda items: _labelled({"k": "seq", "items": items}, itertools.count(1)))
     return shape.filter(lambda s: sum(n["k"] == "stop_step" for n, _ in shapes.nodes(s)) <= 1)
@@ -145,6 +147,7 @@ def shapes_of(**weights: int) -> st.SearchStrategy[dict]:
 
 LEAVES = {
     "value": _step_leaf("value", value=VALUES),
+    "avalue": _step_leaf("avalue", value=VALUES),
     "unsafe": _step_leaf("unsafe", value=VALUES),
     "atomic": _step_leaf("atomic", value=VALUES),
     "fail": _step_leaf("fail", error=st.sampled_from(sorted(shapes.ERRORS))),
@@ -154,6 +157,14 @@ LEAVES = {
 # A shape should mostly do work: a Terminal (or an uncaught failure) ends it.
 SAFE_SHAPES = shapes_of(value=6, atomic=2, fail=3, stop_step=1, stop_body=1)
 UNSAFE_SHAPES = shapes_of(unsafe=3, value=6, fail=2, stop_body=1).filter(
+    lambda s: any(n["k"] == "unsafe" for n, _ in shapes.nodes(s))
+)
+# Async bodies (tests.testapp.async_shapes): the same leaves, awaited, plus async steps
+# whose completion order changes from pass to pass; forks are asyncio.gather().
+ASYNC_SHAPES = shapes_of(
+    patches=False, avalue=4, value=3, atomic=1, fail=3, stop_step=1, stop_body=1
+)
+ASYNC_UNSAFE_SHAPES = shapes_of(patches=False, unsafe=3, avalue=4, value=2, fail=2).filter(
     lambda s: any(n["k"] == "unsafe" for n, _ in shapes.nodes(s))
 )
 
@@ -201,15 +212,15 @@ def body_runs(run: Workflow) -> Counter[str]:
     )
 
 
-def start(shape: dict) -> Workflow:
+def start(shape: dict, body: Any = shapes.run_shape) -> Workflow:
     """Schedule ``shape`` on an empty table: a failed example may have left runs behind,
-    and ``run_due`` would resume them."""
+    and ``run_due`` would resume them. ``body``: the sync or the async shape workflow."""
     Workflow.objects.all().delete()
     shapes.BODY_RUNS.clear()
     shapes.ATOMIC_IDS.clear()
     shapes.RESULTS.clear()
     shapes.RESULTS.update(shapes.results_of(shape))
-    return schedule(shapes.run_shape, shape)
+    return schedule(body, shape)
 
 
 @dataclass
@@ -228,7 +239,7 @@ def crash_once(crashed: CrashRun, point: str, target: str | None, *, certain: bo
     with crash_at(point, target) as crash:
         run_due()
     if certain:  # nothing races with the crashed step: it must have been reached
-        assert crash.fired == [target or shapes.WORKFLOW]
+        assert crash.fired == [target or crashed.run.name]
     if not crash.fired or target is None:
         return
     unsafe = target in crashed.reference.unsafe_ids
@@ -275,10 +286,12 @@ def crash_targets(
     return at_step if only else st.one_of(at_step, at_step, at_step, finish)
 
 
-def check_crashes(shape: dict, data: st.DataObject, *, unsafe_first: bool = False) -> None:
+def check_crashes(
+    shape: dict, data: st.DataObject, *, unsafe_first: bool = False, body: Any = shapes.run_shape
+) -> None:
     """Run ``shape`` as reference, then with crashes (the first in an unsafe step if
-    ``unsafe_first``) and resumes; compare."""
-    reference_run = start(shape)
+    ``unsafe_first``) and resumes; compare. ``body``: the sync or the async workflow."""
+    reference_run = start(shape, body)
     run_due()
     reference = outcome_of(reference_run)
     assert reference.status in ("completed", "failed", "stopped")
@@ -286,7 +299,7 @@ def check_crashes(shape: dict, data: st.DataObject, *, unsafe_first: bool = Fals
     assert reference.error is None or reference.error["type"] in EXPECTED_ERRORS, reference
     first = reference.unsafe_ids if unsafe_first else None
     assume(first is None or first)
-    crashed = CrashRun(schedule(shapes.run_shape, shape), reference, Counter())
+    crashed = CrashRun(schedule(body, shape), reference, Counter())
     certain = not shapes.racy(shape)
     event("racy Terminal" if not certain else "deterministic")
     event(f"steps recorded by the reference: {min(len(reference.rows) // 3 * 3, 12)}+")
@@ -356,6 +369,26 @@ def test_crash_anywhere_then_resume_matches_the_uninterrupted_run(shape, data):
 def test_crash_in_an_unsafe_step_blocks_until_resolved_then_matches(shape, data):
     """A crash in an unsafe step blocks the run; settled, it ends as the reference did."""
     check_crashes(shape, data, unsafe_first=True)
+
+
+# Fewer examples: each pass of an async body starts an event loop of its own in-process.
+ASYNC_PROFILE = settings(PROFILE, max_examples=100)
+
+
+@ASYNC_PROFILE
+@given(shape=ASYNC_SHAPES, data=st.data())
+def test_async_body_crash_anywhere_then_resume_matches_the_uninterrupted_run(shape, data):
+    """An async body with concurrent awaits finishing in a different order on every
+    pass: any crash, any step, and the resumed run ends exactly as the reference did."""
+    check_crashes(shape, data, body=async_shapes.arun_shape)
+
+
+@ASYNC_PROFILE
+@given(shape=ASYNC_UNSAFE_SHAPES, data=st.data())
+def test_async_body_crash_in_an_unsafe_step_blocks_until_resolved_then_matches(shape, data):
+    """A crash in an unsafe step awaited in an async body blocks the run; settled, it
+    ends as the reference did."""
+    check_crashes(shape, data, unsafe_first=True, body=async_shapes.arun_shape)
 
 
 @pytest.mark.parametrize("value", [1e16, 1.5e300, -0.0])

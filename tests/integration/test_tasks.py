@@ -20,7 +20,7 @@ from everystep.checks import check_settings
 from everystep.engine import task_runs
 from everystep.engine.check import check_replay
 from everystep.errors import EverystepError
-from everystep.models import Status, Workflow
+from everystep.models import Status, Step, Workflow
 from everystep.store.audit import Actor
 from everystep.store.runs import cancel_run, create_run
 from everystep.tasks import EverystepBackend
@@ -374,13 +374,19 @@ def test_aenqueue_and_aget_result_from_async_code():
     assert result.status == TaskResultStatus.SUCCESSFUL
 
 
-def test_an_async_task_is_refused_by_django_while_async_workflows_are_not_built():
-    async def fetch() -> None:
-        return None
-
-    fetch.__qualname__ = fetch.__name__  # module level, as Django requires
-    with pytest.raises(InvalidTask, match="async"):
-        django_task(fetch)
+def test_an_async_task_runs_as_an_async_workflow_with_awaited_steps():
+    """``supports_async_task``: an ``async def`` task's steps are awaited and recorded,
+    and its result reads back through Django's API."""
+    result = tasks.async_lookup.enqueue(4)
+    run_due()
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 41
+    steps = Step.objects.filter(workflow_id=result.id).order_by("step_id")
+    assert [(s.step_id, s.status, s.result) for s in steps] == [
+        ("1", "done", 40),
+        ("2", "done", 41),
+    ]
 
 
 def test_a_pass_run_again_under_the_same_claim_is_not_a_new_attempt():

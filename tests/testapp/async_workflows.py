@@ -36,7 +36,8 @@ _lock = threading.Lock()
 
 def _count(name: str, arg: Any) -> None:
     ctx = current()
-    assert ctx is not None and ctx.step_id is not None
+    if ctx is None:  # called outside a run: a plain call
+        return
     with _lock:
         CALLS[(str(ctx.workflow_id), name, arg)] += 1
 
@@ -44,7 +45,8 @@ def _count(name: str, arg: Any) -> None:
 async def _executed(step_name: str) -> None:
     """An ``Execution`` row for this step's body, written through Django's async ORM."""
     ctx = current()
-    assert ctx is not None and ctx.step_id is not None
+    if ctx is None:
+        return
     await Execution.objects.acreate(
         run_id=ctx.workflow_id, step=step_name, pid=os.getpid(), started_at=timezone.now()
     )
@@ -147,8 +149,9 @@ async def completion_order(count: int) -> list[int]:
         finished.append(n)
 
     await asyncio.gather(*(branch(n) for n in range(count)))
-    await asleep(0.01)  # the run is released here: the next pass replays
-    return [await sync_add(finished[0], 0)]
+    first = await sync_add(finished[0], 0)  # recorded with the order this pass saw
+    await asleep(0.5)  # the run is released here: the next pass replays
+    return [first]
 
 
 @workflow
@@ -212,6 +215,22 @@ async def async_calls_sync_sleep(n: int) -> int:
 
     sleep(1)
     return n
+
+
+@workflow
+async def async_calls_parallel(n: int) -> Any:
+    """An async body calling parallel(): refused, naming asyncio.gather()."""
+    from everystep import parallel
+
+    return parallel(lambda: n)
+
+
+@workflow
+async def async_calls_patched(n: int) -> Any:
+    """An async body calling patched(): not available in async bodies."""
+    from everystep import patched
+
+    return patched("change")
 
 
 @workflow

@@ -234,7 +234,9 @@ def nodes(node: Node, forks: int = 0) -> Iterator[tuple[Node, int]]:
 
 def results_of(shape: Node) -> dict[str, Any]:
     """``RESULTS`` for ``shape``: each value step's generated value, untouched."""
-    return {n["label"]: n["value"] for n, _ in nodes(shape) if n["k"] in _VALUE_STEPS}
+    # "avalue": the async step of tests.testapp.async_shapes.
+    kinds = {*_VALUE_STEPS, "avalue"}
+    return {n["label"]: n["value"] for n, _ in nodes(shape) if n["k"] in kinds}
 
 
 def racy(shape: Node) -> bool:

@@ -83,3 +83,21 @@ def introspect(context: Any, tag: str) -> dict[str, Any]:
         "id": context.task_result.id,
         "worker_ids": list(context.task_result.worker_ids),
     }
+
+
+@step
+async def lookup_remote(n: int) -> int:
+    """An async step, as an async task awaits it."""
+    return n * 10
+
+
+@task
+async def async_lookup(n: int) -> int:
+    """An ``async def`` task: an async workflow body awaiting an async and a sync step."""
+    found = await lookup_remote(n)
+    return int(await first_plus_one(found))
+
+
+@step
+def first_plus_one(n: int) -> int:
+    return n + 1
