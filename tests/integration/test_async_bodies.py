@@ -6,6 +6,7 @@ refused with a message saying what works."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -14,9 +15,12 @@ from everystep import asend, schedule, send, step
 from everystep.engine.check import check_replay
 from everystep.errors import EverystepError
 from everystep.models import Status, Step, Workflow
+from everystep.store.audit import Actor
+from everystep.store.runs import cancel_run
 from everystep.testing import crash_at, run_due
 from tests.testapp import async_workflows as aw
 from tests.testapp.models import Execution
+from tests.workers import worker_on_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -218,3 +222,32 @@ def test_the_replay_check_replays_async_bodies():
     assert report.checked >= 1 and report.failing == 0
     assert rows(run) == before
     assert Execution.objects.filter(run_id=run.id).count() == 2
+
+
+def test_an_embedded_worker_runs_async_runs_and_a_cancel_fences_the_one_in_flight():
+    """``Worker`` on a thread of this process: async runs complete on its event loop; a
+    run cancelled while its step awaits I/O records nothing more (the fence refuses the
+    step's record) and starts no other step."""
+    done = schedule(aw.awaited_steps, 5)
+    held = schedule(aw.awaited_steps_slow, 1, 30.0)
+    with worker_on_thread(name="async-embedded", pool_size=4) as worker:
+        wait_until(lambda: fresh(done).status == Status.COMPLETED, "the first run")
+        wait_until(
+            lambda: Execution.objects.filter(run_id=held.id, step="fetch-11").exists(),
+            "the second run's slow step",
+        )
+        cancel_run(str(held.id), actor=Actor("test", "test"), reason="stop it")
+        aw.release_slow_io(held.id)
+        wait_until(lambda: worker.worker.inflight == 0, "the cancelled run's pass to end")
+    assert fresh(done).result == 510
+    cancelled = fresh(held)
+    assert cancelled.status == Status.CANCELLED
+    assert [sid for sid, _, _ in rows(held)] == ["1"], "the slow step's record was refused"
+    assert not Execution.objects.filter(run_id=held.id, step="fetch-111").exists()
+
+
+def wait_until(predicate: Any, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)

@@ -75,3 +75,19 @@ def test_span_is_a_no_op_without_opentelemetry(monkeypatch):
     with tracing.span("everystep.step", step_id="1"):
         ran.append(True)
     assert ran == [True]
+
+
+def test_spans_for_an_async_pass_and_its_concurrent_steps(spans):
+    """An async body's pass and each executed step, awaited concurrently on the loop or
+    run on a thread, get spans under the pass's, in one trace."""
+    from tests.testapp import async_workflows as aw
+
+    run = schedule(aw.gathered_branches, 2)
+    run_due()
+    finished = spans.get_finished_spans()
+    (workflow_span,) = [s for s in finished if s.name == "everystep.workflow"]
+    assert workflow_span.attributes["everystep.run_id"] == str(run.id)
+    steps = {s.attributes["everystep.step_id"]: s for s in finished if s.name == "everystep.step"}
+    assert set(steps) == {"1.0.1", "1.0.2", "2.0.1", "2.0.2"}
+    assert {s.parent.span_id for s in steps.values()} == {workflow_span.context.span_id}
+    assert {s.context.trace_id for s in finished} == {workflow_span.context.trace_id}
