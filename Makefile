@@ -82,6 +82,7 @@ MODES_TESTS := tests/integration/test_waits.py tests/integration/test_waits_ops.
 	tests/integration/test_testing_clock.py tests/integration/test_worker_embedded.py \
 	tests/integration/test_debug_mode.py tests/integration/test_composition.py \
 	tests/integration/test_tasks.py tests/acceptance/test_tasks_worker.py \
+	tests/integration/test_async_bodies.py tests/acceptance/test_async_worker.py \
 	tests/acceptance/test_waits_worker.py \
 	tests/acceptance/test_worker.py tests/acceptance/test_modes_worker.py
 modes: install-dev
