@@ -21,7 +21,7 @@ from everystep.engine import children, results, waits
 from everystep.engine.offload import offload
 from everystep.engine.pass_state import Frame
 from everystep.engine.recorded import Operation, body_frame, reach
-from everystep.errors import EverystepError, Suspended
+from everystep.errors import EverystepError, RunInterrupted, Suspended
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -31,9 +31,17 @@ if TYPE_CHECKING:
 
 async def operation(work: Callable[[], Awaitable[Any]], op: Operation) -> Any:
     """The coroutine every awaitable operation of a body is: a task made of one (in
-    ``asyncio.gather``) takes no scope of its own, its id being taken already."""
+    ``asyncio.gather``) takes no scope of its own, its id being taken already.
+
+    What stops the pass (a wait, a drain, a lost claim) is made the run's outcome
+    (``RunState.abort``) before it is raised: ``asyncio.gather(...,
+    return_exceptions=True)`` would otherwise hand it to the body as a value, and a body
+    that carried on would complete a run that is still waiting."""
     op.run.unawaited.pop(op.step_id, None)
-    return await work()
+    try:
+        return await work()
+    except RunInterrupted as exc:
+        raise op.run.abort(exc) from None
 
 
 def issue(work: Callable[[], Awaitable[Any]], op: Operation) -> Coroutine[Any, Any, Any]:

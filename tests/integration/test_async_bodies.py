@@ -251,3 +251,15 @@ def wait_until(predicate: Any, what: str, timeout: float = 30) -> None:
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+def test_a_wait_swallowed_by_gather_return_exceptions_still_releases_the_run():
+    """A durable sleep whose ``Suspended`` ``gather(return_exceptions=True)`` hands to
+    the body as a value: the run is released all the same, and completes after it."""
+    run = schedule(aw.swallows_a_wait, 60)
+    run_due()
+    assert fresh(run).status == Status.SCHEDULED
+    run_due(advance=61)
+    done = fresh(run)
+    assert (done.status, done.result) == (Status.COMPLETED, "returned early with 2 outcomes")
+    assert calls(run, "fetch") == {7: 1}

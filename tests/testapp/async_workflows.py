@@ -252,3 +252,11 @@ async def async_parent(count: int) -> list[int]:
 async def slow_io(seconds: float) -> int:
     """One step awaiting ``seconds`` of simulated I/O (the async bench's body)."""
     return int(await fetch(1, seconds))
+
+
+@workflow
+async def swallows_a_wait(seconds: float) -> str:
+    """``gather(..., return_exceptions=True)`` over a durable sleep: the wait still
+    releases the run, whatever the body does with what gather hands it."""
+    outcomes = await asyncio.gather(asleep(seconds), fetch(7), return_exceptions=True)
+    return f"returned early with {len(outcomes)} outcomes"
