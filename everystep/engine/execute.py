@@ -44,7 +44,7 @@ def run_pass(claim: Claim, *, should_drain: Callable[[], bool] = lambda: False) 
         if begun.defn.is_async:
             from asgiref.sync import async_to_sync
 
-            return async_to_sync(_async_body)(begun)
+            return async_to_sync(_async_body, force_new_loop=True)(begun)
         began = time.monotonic()
         with _run_span(begun):
             value, outcome = replay(begun.state, begun.defn, begun.state.claim.args)
@@ -205,14 +205,16 @@ def replay_here(
     state: RunState, defn: registry.WorkflowDef, args: Any
 ) -> tuple[Any, BaseException | None]:
     """``replay`` in this thread, for a sync body or an async one (on an event loop made
-    for it, its database work brought back to this thread and its transaction)."""
+    for it, its database work brought back to this thread and its transaction). A new
+    loop even in a sync view under ASGI, where asgiref would otherwise run the body on
+    the server's own loop, which needs no task factory of ours."""
     if not defn.is_async:
         return replay(state, defn, args)
     from asgiref.sync import async_to_sync
 
     from everystep.engine.async_body import areplay
 
-    return async_to_sync(areplay)(state, defn, args)
+    return async_to_sync(areplay, force_new_loop=True)(state, defn, args)
 
 
 def replay(
