@@ -76,6 +76,7 @@ def async_frame(what: str, twin: str) -> Frame | None:
 
 
 def durable_async_frame(what: str, twin: str) -> Frame:
+    """The frame of the async body a durable wait needs, or why ``what`` cannot wait."""
     frame = async_frame(what, twin)
     if frame is None:
         waits.durable_frame(what)  # raises why: outside a run, or inside a step
@@ -97,6 +98,7 @@ async def _suspending(frame: Frame, fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def asleep(delay: timedelta | float) -> Coroutine[Any, Any, None]:
+    """``sleep()`` for an async body (``everystep.async_api.asleep``)."""
     wait = waits.as_delay(delay, "asleep() delay")
     frame = durable_async_frame("asleep()", "sleep()")
     op = reach(frame, waits.SLEEP)
@@ -104,6 +106,7 @@ def asleep(delay: timedelta | float) -> Coroutine[Any, Any, None]:
 
 
 def asleep_until(when: datetime) -> Coroutine[Any, Any, None]:
+    """``sleep_until()`` for an async body."""
     instant = waits.as_instant(when, "asleep_until() time")
     frame = durable_async_frame("asleep_until()", "sleep_until()")
     op = reach(frame, waits.SLEEP)
@@ -111,6 +114,7 @@ def asleep_until(when: datetime) -> Coroutine[Any, Any, None]:
 
 
 def await_for(name: str, timeout: timedelta | float | None = None) -> Coroutine[Any, Any, Any]:
+    """``wait_for()`` for an async body."""
     waits.check_event_name(name)
     limit = None if timeout is None else waits.as_delay(timeout, "await_for() timeout")
     frame = durable_async_frame("await_for()", "wait_for()")
@@ -138,6 +142,7 @@ def astart(
 def aresult(
     run: Workflow | UUID | str, timeout: timedelta | float | None = None
 ) -> Coroutine[Any, Any, Any]:
+    """``run``'s result: durable in an async body, a shared wake-up elsewhere."""
     ids = results.run_ids([run], "aresult()")
     limit = None if timeout is None else waits.as_delay(timeout, "aresult() timeout")
     frame = async_frame("aresult()", "result()")
@@ -150,13 +155,8 @@ def aresult(
 def agather(
     runs: Sequence[Workflow | UUID | str], timeout: timedelta | float | None = None
 ) -> Coroutine[Any, Any, list[Any]]:
-    if isinstance(runs, str | bytes):
-        raise EverystepError("agather() takes a list of runs; for one run use aresult()")
-    from everystep.models import Workflow as Row
-
-    if isinstance(runs, Row):
-        raise EverystepError("agather() takes a list of runs; for one run use aresult()")
-    ids = results.run_ids(list(runs), "agather()")
+    """The results of ``runs``, as ``aresult`` waits for one."""
+    ids = results.listed_ids(runs, "agather()", "aresult()")
     limit = None if timeout is None else waits.as_delay(timeout, "agather() timeout")
     frame = async_frame("agather()", "gather()")
     if frame is None:

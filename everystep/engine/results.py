@@ -76,9 +76,16 @@ def gather(
 ) -> list[Any]:
     """The results of ``runs``, in order, once the last has ended; failures raised as
     ``parallel()`` raises them: one itself, several as an ``ExceptionGroup``."""
+    ids = listed_ids(runs, "gather()", "result()")
+    return values(_wait(ids, timeout, GATHER, "gather()"))
+
+
+def listed_ids(runs: Sequence[Workflow | uuid.UUID | str], what: str, one: str) -> list[uuid.UUID]:
+    """The ids of a list of runs given to ``what``; one run alone is refused, naming
+    ``one``, the call for it."""
     if isinstance(runs, str | bytes | Workflow | uuid.UUID):
-        raise EverystepError("gather() takes a list of runs; for one run use result()")
-    return values(_wait(run_ids(list(runs), "gather()"), timeout, GATHER, "gather()"))
+        raise EverystepError(f"{what} takes a list of runs; for one run use {one}")
+    return run_ids(list(runs), what)
 
 
 def values(outcomes: list[dict[str, Any]]) -> list[Any]:
