@@ -45,10 +45,7 @@ def run_pass(claim: Claim, *, should_drain: Callable[[], bool] = lambda: False) 
             from asgiref.sync import async_to_sync
 
             return async_to_sync(_async_body, force_new_loop=True)(begun)
-        began = time.monotonic()
-        with _run_span(begun):
-            value, outcome = replay(begun.state, begun.defn, begun.state.claim.args)
-        return end_begun(begun, began, value, outcome)
+        return _sync_body(begun)
     except StoreUnavailable as exc:
         return PassResult("retry", exc)
 
