@@ -1,0 +1,254 @@
+"""``aresult`` / ``agather`` outside a run: waiting on an event loop for runs to end.
+
+The async twin of ``everystep.engine.results._block``. A sync ``result()`` holds its thread
+(and on PostgreSQL a LISTEN connection) for its whole wait; an ASGI process may hold a
+thousand waiters at once, so here they share one wake-up per process: the hub, one daemon
+thread started on first use. It keeps the awaited run ids with their waiters (a future on
+the waiter's own loop each, settled through ``loop.call_soon_threadsafe``: no loop ever
+blocks) and, while any is registered:
+
+- reads the outcomes of all their runs in one query (chunked only past ``_CHUNK`` ids) and
+  hands every waiter whose runs have all ended its outcomes;
+- then pauses: on PostgreSQL on one LISTEN connection (``EndedListener``) for up to a
+  second, a NOTIFY from an awaited run's end cutting it short; elsewhere (or when the LISTEN
+  could not be made) 50 ms, doubling up to 1 s as the sync poll does, a new waiter cutting
+  it short. No read comes sooner than 50 ms after the last, so a hundred waiters arriving
+  together, or a storm of NOTIFYs, cost a read per 50 ms, not one each.
+
+Polling stays the correctness path; NOTIFY only makes it prompt. With no waiter left the
+hub closes its connections and sleeps until one registers; after a failed read it closes
+them too (the next read opens fresh ones) and the waiters get an ``EverystepError``, as a
+sync ``result()`` would.
+
+A waiter first looks once itself, on a thread (``offload``): ended runs return at once,
+an unknown id or an open transaction is refused as ``result()`` refuses them. It registers
+*before* that look, which on PostgreSQL marks the runs awaited, so that a NOTIFY sent by any
+end after the mark finds the waiter's ids in the hub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+from django.db import connections
+
+from everystep import conf
+from everystep.engine import results
+from everystep.engine.offload import offload
+from everystep.errors import EverystepError, RunInterrupted, StoreUnavailable, WaitTimeout
+from everystep.models import FINAL_STATUSES
+from everystep.store import run_waits
+from everystep.store.wake import EndedListener, can_listen
+
+Outcomes = list[dict[str, Any]]
+_POLL_FIRST, _POLL_MOST = 0.05, 1.0
+# Ids per read: SQLite builds may refuse more than 999 variables in a statement.
+_CHUNK = 900
+
+
+async def wait_ended(ids: list[UUID], limit: timedelta | None, what: str) -> Outcomes:
+    """The outcomes of runs ``ids`` in order once all have ended (``results.value``
+    reads each); past ``limit`` a ``WaitTimeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = None if limit is None else loop.time() + limit.total_seconds()
+    waiter = _Waiter(ids, what, loop, loop.create_future())
+    hub = current_hub()
+    hub.add(waiter)
+    try:
+        ended = await offload(_look, ids, what)
+        if ended is not None:
+            return ended
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await waiter.future
+        except TimeoutError:
+            raise WaitTimeout(f"{what}: the runs had not ended within {limit}") from None
+    finally:
+        hub.discard(waiter)
+        if waiter.future.done() and not waiter.future.cancelled():
+            waiter.future.exception()  # retrieved: asyncio would log it as forgotten
+        waiter.future.cancel()  # a late hand-over finds it done and does nothing
+
+
+def _look(ids: list[UUID], what: str) -> Outcomes | None:
+    """The waiter's own look, on a thread that may use the ORM: ``result()``'s checks,
+    and on PostgreSQL the mark that makes the runs' ends send a NOTIFY."""
+    try:
+        ended = _ended(run_waits.outcomes(ids), ids, what)
+        if ended is not None:
+            return ended
+        refusal = results._in_transaction(what)
+        if refusal is not None:
+            raise EverystepError(refusal)
+        if can_listen() and conf.notify():
+            run_waits.mark_awaited(ids)
+            return _ended(run_waits.outcomes(ids), ids, what)  # ended before the mark?
+        return None
+    except StoreUnavailable as exc:
+        raise EverystepError(f"{what}: {exc}") from exc
+
+
+def _ended(found: dict[UUID, tuple[str, Any, Any]], ids: list[UUID], what: str) -> Outcomes | None:
+    """The outcomes of ``ids`` in order if all have ended, else None; an id not in
+    ``found`` (``run_waits.outcomes``) is an ``EverystepError``."""
+    missing = [str(run) for run in ids if run not in found]
+    if missing:
+        raise EverystepError(f"{what}: no run with id {', '.join(missing[:3])}")
+    if any(found[run][0] not in FINAL_STATUSES for run in ids):
+        return None
+    return [
+        {"run": str(run), "status": found[run][0], "result": found[run][1], "error": found[run][2]}
+        for run in ids
+    ]
+
+
+@dataclass(eq=False)
+class _Waiter:
+    ids: list[UUID]
+    what: str
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Outcomes]
+
+    def settle(self, outcomes: Outcomes | None, error: BaseException | None = None) -> None:
+        """From the hub's thread: hand the waiter its outcomes, or ``error``."""
+
+        def deliver() -> None:
+            if self.future.done():  # timed out or cancelled meanwhile
+                return
+            if error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(outcomes)  # type: ignore[arg-type]
+
+        with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits
+            self.loop.call_soon_threadsafe(deliver)
+
+
+class Hub:
+    """The one wake-up source of this process's waiters (see the module docstring).
+    ``reads`` and ``ids_read`` count its outcome reads and the ids they covered;
+    ``listening`` says whether its pauses are LISTENs."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.waiters: set[_Waiter] = set()
+        self.registered = threading.Event()
+        self.idle = threading.Event()  # set while it holds no connection
+        self.idle.set()
+        self.reads = self.ids_read = 0
+        self.listening = False
+        self.thread = threading.Thread(target=self._run, name="everystep-waiters", daemon=True)
+
+    def add(self, waiter: _Waiter) -> None:
+        with self.lock:
+            self.waiters.add(waiter)
+            self.registered.set()
+
+    def discard(self, waiter: _Waiter) -> None:
+        with self.lock:
+            self.waiters.discard(waiter)
+
+    def waiting(self) -> int:
+        """How many waiters are registered."""
+        with self.lock:
+            return len(self.waiters)
+
+    def counts(self) -> tuple[int, int]:
+        """``(reads, ids_read)`` so far, read together."""
+        with self.lock:
+            return self.reads, self.ids_read
+
+    def _run(self) -> None:
+        while True:
+            self.registered.wait()
+            self.idle.clear()
+            try:
+                self._serve()
+            except (Exception, RunInterrupted) as exc:  # fail the waiters, keep serving
+                self._fail(self._current(), exc)
+            finally:
+                self.listening = False
+                connections.close_all()  # this thread's: idle, or after a failure
+                self.idle.set()
+
+    def _current(self) -> list[_Waiter]:
+        with self.lock:
+            self.registered.clear()  # a waiter added from now on cuts the next pause
+            # A loop closed without cancelling its tasks leaves waiters nobody awaits.
+            self.waiters = {waiter for waiter in self.waiters if not waiter.loop.is_closed()}
+            return list(self.waiters)
+
+    def _serve(self) -> None:
+        """Read and pause until no waiter is left."""
+        with EndedListener() as listener:
+            pause = _POLL_FIRST
+            while waiters := self._current():
+                self.listening = listener.listening
+                read_at = time.monotonic()
+                if not self._read(waiters):
+                    return  # connections closed by the caller; reopened on the next read
+                if listener.listening:
+                    listener.wait(_POLL_MOST)
+                elif self.registered.wait(pause):
+                    pause = _POLL_FIRST
+                else:
+                    pause = min(pause * 2, _POLL_MOST)
+                time.sleep(max(0.0, read_at + _POLL_FIRST - time.monotonic()))
+
+    def _read(self, waiters: list[_Waiter]) -> bool:
+        """One read for all ``waiters``; hand each whose runs ended its outcomes."""
+        ids = sorted({run for waiter in waiters for run in waiter.ids})
+        try:
+            found: dict[UUID, tuple[str, Any, Any]] = {}
+            for start in range(0, len(ids), _CHUNK):
+                found.update(run_waits.outcomes(ids[start : start + _CHUNK]))
+        except (Exception, StoreUnavailable) as exc:  # StoreUnavailable: a BaseException
+            self._fail(waiters, exc)
+            return False
+        with self.lock:
+            self.reads += 1
+            self.ids_read += len(ids)
+        for waiter in waiters:
+            try:
+                ended = _ended(found, waiter.ids, waiter.what)
+            except EverystepError as exc:
+                self.discard(waiter)
+                waiter.settle(None, exc)
+                continue
+            if ended is not None:
+                self.discard(waiter)
+                waiter.settle(ended)
+        return True
+
+    def _fail(self, waiters: list[_Waiter], exc: BaseException) -> None:
+        """A read failed (the database is unreachable, say): each waiter gets an
+        ``EverystepError`` of its own, as ``result()`` raises one."""
+        for waiter in waiters:
+            self.discard(waiter)
+            error = EverystepError(f"{waiter.what}: {exc}")
+            error.__cause__ = exc
+            waiter.settle(None, error)
+
+
+_hub: Hub | None = None
+_hub_lock = threading.Lock()
+
+
+def current_hub() -> Hub:
+    """This process's hub, started on first use (and again in a forked child, which
+    inherits the object but not its thread)."""
+    global _hub
+    with _hub_lock:
+        if _hub is None or _hub.pid != os.getpid():
+            _hub = Hub()
+            _hub.thread.start()
+        return _hub
