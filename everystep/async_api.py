@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Never
 from uuid import UUID
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import markcoroutinefunction, sync_to_async
 
 if TYPE_CHECKING:
     from everystep.models import Workflow
@@ -55,6 +55,7 @@ async def asend(run_id: UUID | str, name: str, payload: Any = None) -> bool:
     return await sync_to_async(send_event, thread_sensitive=True)(run_id, name, payload)
 
 
+@markcoroutinefunction
 def aresult(run: Workflow | UUID | str, timeout: timedelta | float | None = None) -> Awaitable[Any]:
     """Await ``run``'s result once it has ended, as ``result()`` returns it. Outside a
     body the wait holds no thread and shares the process's wake-up; inside an async body
@@ -64,6 +65,7 @@ def aresult(run: Workflow | UUID | str, timeout: timedelta | float | None = None
     return async_ops.aresult(run, timeout)
 
 
+@markcoroutinefunction
 def agather(
     runs: Sequence[Workflow | UUID | str], timeout: timedelta | float | None = None
 ) -> Awaitable[list[Any]]:
@@ -73,6 +75,7 @@ def agather(
     return async_ops.agather(runs, timeout)
 
 
+@markcoroutinefunction
 def asleep(delay: timedelta | float) -> Awaitable[None]:
     """Inside an async workflow body: ``await asleep(delay)`` waits durably, as
     ``sleep()`` does in a sync body."""
@@ -81,6 +84,7 @@ def asleep(delay: timedelta | float) -> Awaitable[None]:
     return async_ops.asleep(delay)
 
 
+@markcoroutinefunction
 def asleep_until(when: datetime) -> Awaitable[None]:
     """Inside an async workflow body: ``await asleep_until(when)``, durably."""
     from everystep.engine import async_ops
@@ -88,6 +92,7 @@ def asleep_until(when: datetime) -> Awaitable[None]:
     return async_ops.asleep_until(when)
 
 
+@markcoroutinefunction
 def await_for(name: str, timeout: timedelta | float | None = None) -> Awaitable[Any]:
     """Inside an async workflow body: wait durably for the event ``name``, as
     ``wait_for()`` does in a sync body."""
@@ -96,6 +101,7 @@ def await_for(name: str, timeout: timedelta | float | None = None) -> Awaitable[
     return async_ops.await_for(name, timeout)
 
 
+@markcoroutinefunction
 def astart(
     workflow_fn: Callable[..., Any],
     *args: Any,

@@ -135,7 +135,14 @@ def _wait(
 def _outcomes(ids: list[uuid.UUID], what: str) -> list[dict[str, Any]] | None:
     """The outcomes of ``ids`` in order if all have ended, else None; an unknown id is
     an ``EverystepError``."""
-    found = run_waits.outcomes(ids)
+    return ended_outcomes(run_waits.outcomes(ids), ids, what)
+
+
+def ended_outcomes(
+    found: dict[uuid.UUID, tuple[str, Any, Any]], ids: list[uuid.UUID], what: str
+) -> list[dict[str, Any]] | None:
+    """The outcomes of ``ids`` in order if all have ended, else None, from what
+    ``run_waits.outcomes`` read; an id it did not find is an ``EverystepError``."""
     missing = [str(run) for run in ids if run not in found]
     if missing:
         raise EverystepError(f"{what}: no run with id {', '.join(missing[:3])}")
@@ -185,7 +192,7 @@ def _block(ids: list[uuid.UUID], limit: timedelta | None, what: str) -> list[dic
         raise EverystepError(f"{what}: {exc}") from exc
 
 
-def _in_transaction(what: str) -> str | None:
+def in_transaction(what: str) -> str | None:
     """Why ``what`` must not wait here, if a transaction is open: waiting would hold it
     open until the runs end, and under REPEATABLE READ (MariaDB) or SQLite it never sees
     them end. Any alias: one on the project's own database is as wrong as everystep's."""
@@ -213,7 +220,7 @@ def _poll(ids: list[uuid.UUID], limit: timedelta | None, what: str) -> list[dict
     ended = _outcomes(ids, what)
     if ended is not None:
         return ended
-    refusal = _in_transaction(what)
+    refusal = in_transaction(what)
     if refusal is not None:
         raise EverystepError(refusal)
     deadline = None if limit is None else time.monotonic() + limit.total_seconds()

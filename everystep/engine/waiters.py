@@ -44,7 +44,6 @@ from everystep import conf
 from everystep.engine import results
 from everystep.engine.offload import offload
 from everystep.errors import EverystepError, RunInterrupted, StoreUnavailable, WaitTimeout
-from everystep.models import FINAL_STATUSES
 from everystep.store import run_waits
 from everystep.store.wake import EndedListener, can_listen
 
@@ -82,32 +81,19 @@ def _look(ids: list[UUID], what: str) -> Outcomes | None:
     """The waiter's own look, on a thread that may use the ORM: ``result()``'s checks,
     and on PostgreSQL the mark that makes the runs' ends send a NOTIFY."""
     try:
-        ended = _ended(run_waits.outcomes(ids), ids, what)
+        ended = results.ended_outcomes(run_waits.outcomes(ids), ids, what)
         if ended is not None:
             return ended
-        refusal = results._in_transaction(what)
+        refusal = results.in_transaction(what)
         if refusal is not None:
             raise EverystepError(refusal)
         if can_listen() and conf.notify():
             run_waits.mark_awaited(ids)
-            return _ended(run_waits.outcomes(ids), ids, what)  # ended before the mark?
+            # Ended before the mark?
+            return results.ended_outcomes(run_waits.outcomes(ids), ids, what)
         return None
     except StoreUnavailable as exc:
         raise EverystepError(f"{what}: {exc}") from exc
-
-
-def _ended(found: dict[UUID, tuple[str, Any, Any]], ids: list[UUID], what: str) -> Outcomes | None:
-    """The outcomes of ``ids`` in order if all have ended, else None; an id not in
-    ``found`` (``run_waits.outcomes``) is an ``EverystepError``."""
-    missing = [str(run) for run in ids if run not in found]
-    if missing:
-        raise EverystepError(f"{what}: no run with id {', '.join(missing[:3])}")
-    if any(found[run][0] not in FINAL_STATUSES for run in ids):
-        return None
-    return [
-        {"run": str(run), "status": found[run][0], "result": found[run][1], "error": found[run][2]}
-        for run in ids
-    ]
 
 
 @dataclass(eq=False)
@@ -219,7 +205,7 @@ class Hub:
             self.ids_read += len(ids)
         for waiter in waiters:
             try:
-                ended = _ended(found, waiter.ids, waiter.what)
+                ended = results.ended_outcomes(found, waiter.ids, waiter.what)
             except EverystepError as exc:
                 self.discard(waiter)
                 waiter.settle(None, exc)
