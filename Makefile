@@ -96,7 +96,9 @@ modes: install-dev
 # and that a worker there leaves the hot path unprepared (a pooled session is not its own).
 POOLER_TESTS := tests/acceptance tests/integration/test_worker_embedded.py \
 	tests/integration/test_worker_resilience.py \
-	tests/integration/test_prepared_statements.py::test_a_worker_confirms_a_direct_session_and_never_a_pooled_one
+	tests/integration/test_prepared_statements.py::test_a_worker_confirms_a_direct_session_and_never_a_pooled_one \
+	tests/integration/test_async_callers.py::test_async_views_served_by_uvicorn_await_their_runs \
+	tests/integration/test_async_callers.py::test_200_waiters_on_postgresql_hold_a_handful_of_connections_and_all_wake
 pgbouncer: install-dev
 	@pg_isready -q -h 127.0.0.1 -p 6432 || { echo "pgbouncer: nothing on 127.0.0.1:6432; run .ci/pgbouncer start"; exit 1; }
 	EVERYSTEP_TEST_DB=postgres EVERYSTEP_TEST_PGBOUNCER=1 $(BIN)/pytest $(POOLER_TESTS)
