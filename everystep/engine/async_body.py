@@ -130,13 +130,17 @@ async def areplay(
 
 
 async def _left_running(state: RunState) -> None:
-    """Let the tasks the body left running end: each may finish the operation it is in
-    (its record is written, under the claim), and starts no other."""
+    """End the tasks the body left running: one inside an operation may finish it (its
+    record is written, under the claim) and starts no other; one awaiting anything else
+    is cancelled, so that nothing the body forgot holds the pass."""
     pending = [task for task in state.tasks if not task.done()]
     if not pending:
         return
     aborted = state.aborted
     state.abort(PassOver("the workflow body has ended"))
+    for task in pending:
+        if task not in state.busy:
+            task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
     state.aborted = aborted
 

@@ -13,6 +13,7 @@ decisions and writes of an async run are the same functions as a sync run's.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -37,11 +38,16 @@ async def operation(work: Callable[[], Awaitable[Any]], op: Operation) -> Any:
     (``RunState.abort``) before it is raised: ``asyncio.gather(...,
     return_exceptions=True)`` would otherwise hand it to the body as a value, and a body
     that carried on would complete a run that is still waiting."""
-    op.run.unawaited.pop(op.step_id, None)
+    run = op.run
+    run.unawaited.pop(op.step_id, None)
+    task = asyncio.current_task()
+    run.busy.add(task)
     try:
         return await work()
     except RunInterrupted as exc:
-        raise op.run.abort(exc) from None
+        raise run.abort(exc) from None
+    finally:
+        run.busy.discard(task)
 
 
 def issue(work: Callable[[], Awaitable[Any]], op: Operation) -> Coroutine[Any, Any, Any]:

@@ -127,6 +127,8 @@ class RunState:
     # called but not yet awaited (one never awaited fails the run: a forgotten await).
     tasks: list[Any] = field(default_factory=list)
     unawaited: dict[str, str] = field(default_factory=dict)
+    # The tasks inside an operation now (``async_ops.operation``).
+    busy: set[Any] = field(default_factory=set)
 
     @property
     def run_id(self) -> UUID:

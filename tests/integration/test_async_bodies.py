@@ -263,3 +263,13 @@ def test_a_wait_swallowed_by_gather_return_exceptions_still_releases_the_run():
     done = fresh(run)
     assert (done.status, done.result) == (Status.COMPLETED, "returned early with 2 outcomes")
     assert calls(run, "fetch") == {7: 1}
+
+
+def test_a_task_the_body_left_waiting_does_not_hold_the_pass():
+    """A task the body created and never awaited, waiting on something else than an
+    operation when the body returns, is cancelled: the run completes at once."""
+    run = schedule(aw.leaves_a_task_behind, 4)
+    run_due()
+    done = fresh(run)
+    assert (done.status, done.result) == (Status.COMPLETED, 40)
+    assert calls(run, "fetch") == {4: 1}

@@ -260,3 +260,16 @@ async def swallows_a_wait(seconds: float) -> str:
     releases the run, whatever the body does with what gather hands it."""
     outcomes = await asyncio.gather(asleep(seconds), fetch(7), return_exceptions=True)
     return f"returned early with {len(outcomes)} outcomes"
+
+
+@workflow
+async def leaves_a_task_behind(n: int) -> int:
+    """Starts a task that would wait an hour and never awaits it: the pass ends anyway
+    (the task is cancelled), and the run completes."""
+
+    async def forgotten() -> None:
+        await asyncio.sleep(3600)
+        await fetch(99)
+
+    asyncio.ensure_future(forgotten())  # noqa: RUF006  (forgotten on purpose)
+    return int(await fetch(n))
