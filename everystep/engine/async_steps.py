@@ -129,7 +129,10 @@ def _executed_async(
 ) -> Callable[[], Awaitable[Any]]:
     async def work() -> Any:
         run = frame.run
-        values = await offload(begin_step, frame, defn, step_id, args, kwargs)
+        if defn.unsafe_to_repeat:  # its ``started`` record is written first: a thread's work
+            values = await offload(begin_step, frame, defn, step_id, args, kwargs)
+        else:  # nothing to write (an async run holds no record back): no thread needed
+            values = begin_step(frame, defn, step_id, args, kwargs)
         began = time.monotonic()
         token = current_frame.set(Frame(run, frame.scope, step_id))
         try:
