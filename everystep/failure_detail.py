@@ -195,7 +195,8 @@ def _frame_lines(filename: str, lineno: int | None, name: str, globs: dict[str, 
 
 def _library_name(filename: str) -> str:
     """Which code a frame's file belongs to when it is not the user's: "everystep",
-    "django" or "the standard library"; "" for the user's (and other packages')."""
+    "django", "asgiref" or "the standard library"; "" for the user's (and other
+    packages')."""
     if filename.startswith("<frozen "):
         return "the standard library"
     for prefix, name in _library_roots():
@@ -210,9 +211,11 @@ def _library_roots() -> Iterator[tuple[str, str]]:
     # Looked up on each use, not at import: Django may be imported later (and
     # ``import everystep`` must not import it).
     yield os.path.dirname(__file__) + os.sep, "everystep"
-    django_file = getattr(sys.modules.get("django"), "__file__", None)
-    if django_file:
-        yield os.path.dirname(django_file) + os.sep, "django"
+    # asgiref: the threads an async body's sync work runs on (everystep.engine.offload).
+    for package in ("django", "asgiref"):
+        package_file = getattr(sys.modules.get(package), "__file__", None)
+        if package_file:
+            yield os.path.dirname(package_file) + os.sep, package
     paths = sysconfig.get_paths()
     for key in ("purelib", "platlib"):
         yield paths[key] + os.sep, ""

@@ -90,9 +90,9 @@ def _check_call(
         run, op.step_id, f"{defn.name}{_shown(recorded.call)}", f"{defn.name}{_shown(now)}"
     )
     error.args = (
-        f"{error.args[0]} (a step awaited concurrently reached its id in another order "
-        "than on the pass that recorded it: the body's path depended on which await "
-        "finished first)",
+        f"{error.args[0]}: the same step with other arguments (the code changed what it "
+        "passes, or concurrent awaits reached this id in another order than on the pass "
+        "that recorded it, the body's path depending on which await finished first)",
     )
     raise run.abort(error)
 

@@ -273,3 +273,25 @@ def test_a_task_the_body_left_waiting_does_not_hold_the_pass():
     done = fresh(run)
     assert (done.status, done.result) == (Status.COMPLETED, 40)
     assert calls(run, "fetch") == {4: 1}
+
+
+def test_the_replay_check_reports_a_step_now_called_with_other_arguments():
+    """A deploy that changes what an async body passes to a recorded step: the replay
+    check reports the run (it compares arguments as the worker's replay does)."""
+    from everystep import asleep
+    from everystep.testing import deployed
+
+    run = schedule(aw.gathered_then_sleep, 2, 3600)
+    run_due()
+
+    async def changed(count: int, seconds: float) -> list[int]:
+        values = await asyncio.gather(*(aw.fetch(n + 1) for n in range(count)))
+        await asleep(seconds)
+        return [*values, await aw.fetch(100)]
+
+    with deployed(aw.gathered_then_sleep, changed):
+        report = check_replay()
+    assert report.failing == 1
+    [failure] = report.workflows[run.name].failures
+    assert failure.run_id == run.id and failure.step_id == "1"
+    assert "other arguments" in failure.reason
