@@ -24,3 +24,6 @@ class EverystepBenchConfig(AppConfig):
         # A tree from before composition (``compare.py --source``) has no start/gather.
         if hasattr(everystep, "gather"):
             from everystep_bench import fanout_workflows  # noqa: F401  (registers bench_fanout)
+        # A tree from before async bodies (issue 36) has no aresult.
+        if hasattr(everystep, "aresult"):
+            from everystep_bench import async_workflows  # noqa: F401  (async_io.py's)
