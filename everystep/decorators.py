@@ -116,7 +116,7 @@ def step(fn: Any = None, /, *, unsafe_to_repeat: bool = False, atomic: bool = Fa
 
         @functools.wraps(func)
         def call(*args: Any, everystep_id: str | None = None, **kwargs: Any) -> Any:
-            from everystep.engine.async_steps import call as call_step
+            from everystep.engine.steps import call_step
 
             return call_step(defn, args, kwargs, everystep_id)
 

@@ -87,7 +87,7 @@ def task_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> a
         kwargs["context"] = context
     task = BodyTask(coro, loop=loop, **kwargs)
     task.run = run
-    run.tasks.append(task)
+    run.async_pass.tasks.append(task)
     return task
 
 
@@ -121,11 +121,11 @@ async def areplay(
     finally:
         current_frame.reset(token)
     await _left_running(state)
-    if outcome is None and state.aborted is None and state.unawaited:
+    if outcome is None and state.aborted is None and state.async_pass.unawaited:
         outcome = state.abort(_forgotten(state))
     outcome = state.aborted or outcome
     if isinstance(outcome, Suspended):
-        outcome = waits_together([outcome, *state.suspensions])
+        outcome = waits_together([outcome, *state.async_pass.suspensions])
     return value, outcome
 
 
@@ -133,20 +133,20 @@ async def _left_running(state: RunState) -> None:
     """End the tasks the body left running: one inside an operation may finish it (its
     record is written, under the claim) and starts no other; one awaiting anything else
     is cancelled, so that nothing the body forgot holds the pass."""
-    pending = [task for task in state.tasks if not task.done()]
+    pending = [task for task in state.async_pass.tasks if not task.done()]
     if not pending:
         return
     aborted = state.aborted
     state.abort(PassOver("the workflow body has ended"))
     for task in pending:
-        if task not in state.busy:
+        if task not in state.async_pass.busy:
             task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
     state.aborted = aborted
 
 
 def _forgotten(state: RunState) -> EverystepError:
-    step_id, name = next(iter(state.unawaited.items()))
+    step_id, name = next(iter(state.async_pass.unawaited.items()))
     return EverystepError(
         f"run {state.run_id}: {name} was called at step {step_id} and never awaited: in "
         "an async body, await every step call and wait (a sync @step too)"

@@ -39,22 +39,22 @@ async def operation(work: Callable[[], Awaitable[Any]], op: Operation) -> Any:
     return_exceptions=True)`` would otherwise hand it to the body as a value, and a body
     that carried on would complete a run that is still waiting."""
     run = op.run
-    run.unawaited.pop(op.step_id, None)
+    run.async_pass.unawaited.pop(op.step_id, None)
     task = asyncio.current_task()
-    run.busy.add(task)
+    run.async_pass.busy.add(task)
     try:
         return await work()
     except RunInterrupted as exc:
         raise run.abort(exc) from None
     finally:
-        run.busy.discard(task)
+        run.async_pass.busy.discard(task)
 
 
 def issue(work: Callable[[], Awaitable[Any]], op: Operation) -> Coroutine[Any, Any, Any]:
     """The awaitable of the operation reached as ``op``, doing ``work`` once awaited.
     Until then it counts as not awaited: a body that returns with one such forgot an
     ``await``, and its run fails saying so (``engine.async_body``)."""
-    op.run.unawaited[op.step_id] = op.name
+    op.run.async_pass.unawaited[op.step_id] = op.name
     return operation(work, op)
 
 
@@ -66,7 +66,7 @@ def handed_over(coro: object) -> bool:
     frame = getattr(coro, "cr_frame", None)
     op = None if frame is None else frame.f_locals.get("op")
     if op is not None:
-        op.run.unawaited.pop(op.step_id, None)
+        op.run.async_pass.unawaited.pop(op.step_id, None)
     return True
 
 
@@ -96,7 +96,7 @@ async def _suspending(frame: Frame, fn: Callable[..., Any], *args: Any) -> Any:
     try:
         return await offload(fn, *args)
     except Suspended as wait:
-        frame.run.suspensions.append(wait)
+        frame.run.async_pass.suspensions.append(wait)
         raise
 
 

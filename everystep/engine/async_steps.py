@@ -26,11 +26,10 @@ from everystep import serde
 from everystep.engine.async_ops import issue
 from everystep.engine.offload import offload
 from everystep.engine.pass_state import Frame, current_frame
-from everystep.engine.recorded import Operation, body_frame, code_changed, reach
+from everystep.engine.recorded import Operation, code_changed, reach
 from everystep.engine.replay import Decision
-from everystep.engine.steps import (
+from everystep.engine.step_run import (
     begin_step,
-    call_step,
     execute_step,
     failed_outcome,
     served_step,
@@ -39,17 +38,6 @@ from everystep.engine.steps import (
 )
 from everystep.errors import EverystepError
 from everystep.registry import StepDef
-
-
-def call(
-    defn: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any], everystep_id: str | None
-) -> Any:
-    """A ``@step`` call from anywhere: in an async body an awaitable (``call_async``),
-    elsewhere ``steps.call_step``."""
-    frame = body_frame()
-    if frame is not None and frame.run.is_async:
-        return call_async(frame, defn, args, kwargs, everystep_id)
-    return call_step(defn, args, kwargs, everystep_id)
 
 
 def call_async(

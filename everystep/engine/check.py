@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from everystep import registry
 from everystep.engine import task_runs
 from everystep.engine.execute import replay_here
-from everystep.engine.pass_state import RunState
+from everystep.engine.pass_state import AsyncPass, RunState
 from everystep.errors import (
     EffectUncertain,
     ReachedNewWork,
@@ -149,7 +149,7 @@ def check_pass(
         records=dict(run.records),
         threads_allowed=False,  # branches share this thread's transaction
         checking=True,
-        is_async=defn.is_async,
+        aio=AsyncPass() if defn.is_async else None,
     )
     # A savepoint: a statement the database refuses (a body writing between its steps)
     # must not spoil the batch's transaction for the runs after this one.

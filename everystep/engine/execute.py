@@ -17,7 +17,7 @@ from everystep.engine import task_runs
 from everystep.engine.crashes import simulated_crash
 from everystep.engine.offload import offload
 from everystep.engine.outcome import PassResult, abandon, end_pass, finish
-from everystep.engine.pass_state import Frame, RunState, Scope, current_frame
+from everystep.engine.pass_state import AsyncPass, Frame, RunState, Scope, current_frame
 from everystep.errors import EverystepError, RunInterrupted, StoreUnavailable, TooManyRecoveries
 from everystep.models import FINAL_STATUSES, Status
 from everystep.store import database
@@ -82,7 +82,7 @@ async def _async_body(begun: Begun) -> PassResult:
     return await offload(end_begun, begun, began, value, outcome)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Begun:
     """A pass ready to run its body: the run's definition and the pass's state."""
 
@@ -194,7 +194,7 @@ def _new_state(
         # body's concurrent awaits in that scope are several.
         holds_records=merges_records(conn) and not is_async,
         traced=tracing.enabled(),
-        is_async=is_async,
+        aio=AsyncPass() if is_async else None,
     )
 
 

@@ -86,6 +86,22 @@ class Held:
 
 
 @dataclass
+class AsyncPass:
+    """What an async body's pass keeps beside the rest of its ``RunState``: its database
+    work runs on threads, its tasks each get a scope, and it ends once the body has."""
+
+    # The waits its tasks reached (an async pass ends when the body does, so it waits for
+    # the earliest of them all, as a fork waits for its branches).
+    suspensions: list[Any] = field(default_factory=list)
+    # Its tasks, to be ended before the pass ends; the ids of the operations called but
+    # not yet awaited (one never awaited fails the run: a forgotten await); the tasks
+    # inside an operation now (``async_ops.operation``).
+    tasks: list[Any] = field(default_factory=list)
+    unawaited: dict[str, str] = field(default_factory=dict)
+    busy: set[Any] = field(default_factory=set)
+
+
+@dataclass
 class RunState:
     """Everything one pass over one run shares across its fork threads."""
 
@@ -117,18 +133,19 @@ class RunState:
     # A Django ``@task``'s run: its ``TaskResult`` as this pass began, for the task's
     # context (``everystep.engine.task_runs``).
     task_result: Any = None
-    # An async body's pass (``everystep.engine.async_body``): its database work runs on
-    # threads, its tasks each get a scope, and it ends once every task it made has.
-    is_async: bool = False
-    # The waits its tasks reached (an async pass ends when the body does, so it waits for
-    # the earliest of them all, as a fork waits for its branches).
-    suspensions: list[Any] = field(default_factory=list)
-    # Its tasks, to be finished before the pass ends; and the ids of the operations
-    # called but not yet awaited (one never awaited fails the run: a forgotten await).
-    tasks: list[Any] = field(default_factory=list)
-    unawaited: dict[str, str] = field(default_factory=dict)
-    # The tasks inside an operation now (``async_ops.operation``).
-    busy: set[Any] = field(default_factory=set)
+    # An async body's pass (``everystep.engine.async_body``): what only it keeps; None
+    # for a sync body's.
+    aio: AsyncPass | None = None
+
+    @property
+    def is_async(self) -> bool:
+        return self.aio is not None
+
+    @property
+    def async_pass(self) -> AsyncPass:
+        """``aio``, for code that runs in async passes only."""
+        assert self.aio is not None, "not an async body's pass"
+        return self.aio
 
     @property
     def run_id(self) -> UUID:

@@ -9,21 +9,27 @@ blocks) and, while any is registered:
 
 - reads the outcomes of all their runs in one query (chunked only past ``_CHUNK`` ids) and
   hands every waiter whose runs have all ended its outcomes;
+- on PostgreSQL first marks the runs of new waiters awaited, so that their ends send a
+  NOTIFY (an end before the mark is found by the read that follows it);
 - then pauses: on PostgreSQL on one LISTEN connection (``EndedListener``) for up to a
   second, a NOTIFY from an awaited run's end cutting it short; elsewhere (or when the LISTEN
-  could not be made) 50 ms, doubling up to 1 s as the sync poll does, a new waiter cutting
-  it short. No read comes sooner than 50 ms after the last, so a hundred waiters arriving
-  together, or a storm of NOTIFYs, cost a read per 50 ms, not one each.
+  could not be made) 50 ms, doubling up to 1 s as the sync poll does; a new waiter cuts
+  either short. No read comes sooner than 50 ms after the last, so a hundred waiters
+  arriving together, or a storm of NOTIFYs, cost a read per 50 ms, not one each.
 
 Polling stays the correctness path; NOTIFY only makes it prompt. With no waiter left the
 hub closes its connections and sleeps until one registers; after a failed read it closes
 them too (the next read opens fresh ones) and the waiters get an ``EverystepError``, as a
 sync ``result()`` would.
 
-A waiter first looks once itself, on a thread (``offload``): ended runs return at once,
-an unknown id or an open transaction is refused as ``result()`` refuses them. It registers
-*before* that look, which on PostgreSQL marks the runs awaited, so that a NOTIFY sent by any
-end after the mark finds the waiter's ids in the hub.
+A waiter in an event loop of its own (an ASGI server's) does no database work of its own:
+there each request's sync work runs on a thread of its own, whose connection stays open
+until the request ends, so a look of its own would cost a thread and a connection per
+waiter. Only when the hub cannot see one of its runs does it look on its caller's thread
+(``offload``): a run scheduled in a transaction not committed yet is visible there, and an
+unknown id is an ``EverystepError``. A waiter whose loop sync code started
+(``async_to_sync``: a script, a test) looks first on that thread, which waits anyway, as
+``result()`` does: ended runs return at once, and an open transaction there is refused.
 """
 
 from __future__ import annotations
@@ -38,14 +44,14 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
+from asgiref.sync import AsyncToSync
 from django.db import connections
 
-from everystep import conf
 from everystep.engine import results
 from everystep.engine.offload import offload
 from everystep.errors import EverystepError, RunInterrupted, StoreUnavailable, WaitTimeout
 from everystep.store import run_waits
-from everystep.store.wake import EndedListener, can_listen
+from everystep.store.wake import EndedListener
 
 Outcomes = list[dict[str, Any]]
 _POLL_FIRST, _POLL_MOST = 0.05, 1.0
@@ -58,18 +64,33 @@ async def wait_ended(ids: list[UUID], limit: timedelta | None, what: str) -> Out
     reads each); past ``limit`` a ``WaitTimeout``."""
     loop = asyncio.get_running_loop()
     deadline = None if limit is None else loop.time() + limit.total_seconds()
+    try:
+        async with asyncio.timeout_at(deadline):
+            if _sync_caller(loop):
+                ended = await offload(_look, ids, what)
+                return ended if ended is not None else await _from_hub(ids, what, loop)
+            try:
+                return await _from_hub(ids, what, loop)
+            except _NotSeen:
+                ended = await offload(_look, ids, what)
+                return ended if ended is not None else await _from_hub(ids, what, loop)
+    except TimeoutError:
+        raise WaitTimeout(f"{what}: the runs had not ended within {limit}") from None
+
+
+def _sync_caller(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop`` was started by ``async_to_sync`` for sync code that now waits on
+    its thread (a script, a test): a look there costs nothing more, and that thread's
+    transaction, if one is open, must refuse the wait as ``result()`` refuses it."""
+    return loop in getattr(AsyncToSync, "loop_thread_executors", {})
+
+
+async def _from_hub(ids: list[UUID], what: str, loop: asyncio.AbstractEventLoop) -> Outcomes:
     waiter = _Waiter(ids, what, loop, loop.create_future())
     hub = current_hub()
     hub.add(waiter)
     try:
-        ended = await offload(_look, ids, what)
-        if ended is not None:
-            return ended
-        try:
-            async with asyncio.timeout_at(deadline):
-                return await waiter.future
-        except TimeoutError:
-            raise WaitTimeout(f"{what}: the runs had not ended within {limit}") from None
+        return await waiter.future
     finally:
         hub.discard(waiter)
         if waiter.future.done() and not waiter.future.cancelled():
@@ -77,23 +98,24 @@ async def wait_ended(ids: list[UUID], limit: timedelta | None, what: str) -> Out
         waiter.future.cancel()  # a late hand-over finds it done and does nothing
 
 
+class _NotSeen(EverystepError):
+    """The hub's connection sees no run with one of a waiter's ids."""
+
+
 def _look(ids: list[UUID], what: str) -> Outcomes | None:
-    """The waiter's own look, on a thread that may use the ORM: ``result()``'s checks,
-    and on PostgreSQL the mark that makes the runs' ends send a NOTIFY."""
+    """The caller's own look, on its thread, at runs the hub could not see: their
+    outcomes if they have ended, None if they are visible to the hub now; an open
+    transaction refused as ``result()`` refuses it, an unknown id an error."""
     try:
         ended = results.ended_outcomes(run_waits.outcomes(ids), ids, what)
-        if ended is not None:
-            return ended
-        refusal = results.in_transaction(what)
-        if refusal is not None:
-            raise EverystepError(refusal)
-        if can_listen() and conf.notify():
-            run_waits.mark_awaited(ids)
-            # Ended before the mark?
-            return results.ended_outcomes(run_waits.outcomes(ids), ids, what)
-        return None
     except StoreUnavailable as exc:
         raise EverystepError(f"{what}: {exc}") from exc
+    if ended is not None:
+        return ended
+    refusal = results.in_transaction(what)
+    if refusal is not None:
+        raise EverystepError(refusal)
+    return None  # committed since the hub's read: it sees them now
 
 
 @dataclass(eq=False)
@@ -102,6 +124,7 @@ class _Waiter:
     what: str
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Outcomes]
+    marked: bool = False  # its runs are marked awaited (PostgreSQL's NOTIFY)
 
     def settle(self, outcomes: Outcomes | None, error: BaseException | None = None) -> None:
         """From the hub's thread: hand the waiter its outcomes, or ``error``."""
@@ -180,20 +203,35 @@ class Hub:
             while waiters := self._current():
                 self.listening = listener.listening
                 read_at = time.monotonic()
-                if not self._read(waiters):
+                if not self._read(waiters, listener.listening):
                     return  # connections closed by the caller; reopened on the next read
                 if listener.listening:
-                    listener.wait(_POLL_MOST)
+                    self._listen(listener)
                 elif self.registered.wait(pause):
                     pause = _POLL_FIRST
                 else:
                     pause = min(pause * 2, _POLL_MOST)
                 time.sleep(max(0.0, read_at + _POLL_FIRST - time.monotonic()))
 
-    def _read(self, waiters: list[_Waiter]) -> bool:
-        """One read for all ``waiters``; hand each whose runs ended its outcomes."""
+    def _listen(self, listener: EndedListener) -> None:
+        """Up to a second on the LISTEN connection, in slices so that a new waiter (whose
+        runs may have ended already) is read within one."""
+        until = time.monotonic() + _POLL_MOST
+        while not self.registered.is_set() and listener.listening:
+            left = until - time.monotonic()
+            if left <= 0 or listener.wait(min(_POLL_FIRST, left)):
+                return
+
+    def _read(self, waiters: list[_Waiter], listening: bool) -> bool:
+        """One read for all ``waiters``; hand each whose runs ended its outcomes.
+        ``listening``: the runs of new waiters are marked awaited first."""
         ids = sorted({run for waiter in waiters for run in waiter.ids})
         try:
+            new = [waiter for waiter in waiters if not waiter.marked]
+            if listening and new:
+                run_waits.mark_awaited({run for waiter in new for run in waiter.ids})
+            for waiter in new:
+                waiter.marked = True
             found: dict[UUID, tuple[str, Any, Any]] = {}
             for start in range(0, len(ids), _CHUNK):
                 found.update(run_waits.outcomes(ids[start : start + _CHUNK]))
@@ -208,7 +246,7 @@ class Hub:
                 ended = results.ended_outcomes(found, waiter.ids, waiter.what)
             except EverystepError as exc:
                 self.discard(waiter)
-                waiter.settle(None, exc)
+                waiter.settle(None, _NotSeen(str(exc)))
                 continue
             if ended is not None:
                 self.discard(waiter)

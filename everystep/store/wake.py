@@ -106,17 +106,18 @@ class EndedListener:
                 self.__exit__()  # polling it is
         return self
 
-    def wait(self, seconds: float) -> None:
+    def wait(self, seconds: float) -> bool:
+        """Whether a notification came within ``seconds``."""
         if self.conn is None:
             time.sleep(seconds)
-            return
+            return False
         import psycopg
 
         try:
-            for _ in self.conn.notifies(timeout=seconds, stop_after=1):
-                pass
+            return any(True for _ in self.conn.notifies(timeout=seconds, stop_after=1))
         except psycopg.Error:
             self.__exit__()
+            return False
 
     def __exit__(self, *_: object) -> None:
         if self.conn is not None:
