@@ -44,7 +44,10 @@ def _is_async(held: Claim) -> bool:
     its own."""
     if held.workflow is None:
         return False
-    defn = task_runs.definition(held.workflow)
+    try:
+        defn = task_runs.definition(held.workflow)
+    except Exception:  # the pass meets it again on its thread, and reports the crash
+        return False
     return defn is not None and defn.is_async
 
 
