@@ -49,6 +49,21 @@ def _close_other_sessions(database: str) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _close_shared_sync_thread_connections() -> Iterator[None]:
+    """``asyncio.run(aschedule(...))`` in a test runs the ORM on asgiref's one shared
+    thread for sync code (no outer ``async_to_sync``), whose connection would outlive
+    the test: broken by a later test that kills the database's sessions, it failed the
+    next test to use that thread. Each test leaves it closed."""
+    yield
+    from asgiref.sync import SyncToAsync
+    from django.db import connections
+
+    executor = getattr(SyncToAsync, "single_thread_executor", None)
+    if executor is not None and getattr(executor, "_threads", None):
+        executor.submit(connections.close_all).result(timeout=30)
+
+
+@pytest.fixture(autouse=True)
 def _reset_test_workflows() -> None:
     from tests.testapp import workflows
 
