@@ -22,6 +22,9 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.db import DatabaseError
+
 from everystep import serde
 from everystep.engine.async_ops import issue
 from everystep.engine.offload import offload
@@ -38,6 +41,7 @@ from everystep.engine.step_run import (
 )
 from everystep.errors import EverystepError
 from everystep.registry import StepDef
+from everystep.store.database import close_broken
 
 
 def call_async(
@@ -129,6 +133,10 @@ def _executed_async(
         except asyncio.CancelledError:
             raise  # recorded nothing: see the module docstring
         except BaseException as exc:
+            if isinstance(exc, DatabaseError):
+                # The connection of Django's thread for sync code (its async ORM's)
+                # may be broken for good: closed here, the step's next run reconnects.
+                await sync_to_async(close_broken)()
             raised, _ = await offload(failed_outcome, run, defn, values, began, exc)
             # What a replay raises: the exception itself, or its stand-in with the
             # original as its cause (set by failed_outcome).

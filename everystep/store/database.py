@@ -128,3 +128,17 @@ def _set_lock_wait(cursor: Any, vendor: str, seconds: float) -> None:
         cursor.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
     else:  # MariaDB / MySQL: whole seconds
         cursor.execute("SET SESSION innodb_lock_wait_timeout = %s", [max(int(seconds), 1)])
+
+
+def close_broken() -> None:
+    """Close this thread's connections that an error left unusable, so that its next
+    query opens a new one. Django does that at a request's boundaries only; a thread
+    that is no request's (asgiref's one thread for sync code, which Django's async ORM
+    uses in a worker's async steps) would otherwise fail every query after a database
+    restart."""
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None and conn.errors_occurred and not conn.in_atomic_block:
+            if conn.is_usable():
+                conn.errors_occurred = False
+            else:
+                conn.close()

@@ -295,3 +295,27 @@ def test_the_replay_check_reports_a_step_now_called_with_other_arguments():
     [failure] = report.workflows[run.name].failures
     assert failure.run_id == run.id and failure.step_id == "1"
     assert "other arguments" in failure.reason
+
+
+@pytest.mark.backends("postgres")
+def test_a_broken_connection_of_the_async_orm_thread_fails_one_step_not_every_one():
+    """The server ends the session of the thread Django's async ORM uses in a worker:
+    the step that meets it fails, and the next run's step reconnects (Django closes
+    such a connection only between requests; that thread serves none)."""
+    from tests import pgadmin
+
+    first = schedule(aw.async_orm_probe, 1)
+    with worker_on_thread(name="async-orm", pool_size=2):
+        wait_until(lambda: fresh(first).status == Status.COMPLETED, "the first run")
+        pgadmin.execute("SELECT pg_terminate_backend(%s)", [fresh(first).result])
+        second = schedule(aw.async_orm_probe, 2)
+        wait_until(lambda: fresh(second).status in FINAL, "the second run")
+        third = schedule(aw.async_orm_probe, 3)
+        wait_until(lambda: fresh(third).status in FINAL, "the third run")
+    assert fresh(second).status == Status.FAILED
+    assert "OperationalError" in fresh(second).error["type"]
+    assert fresh(third).status == Status.COMPLETED
+    assert fresh(third).result != fresh(first).result, "a new session"
+
+
+FINAL = {Status.COMPLETED, Status.FAILED}

@@ -273,3 +273,27 @@ async def leaves_a_task_behind(n: int) -> int:
 
     asyncio.ensure_future(forgotten())  # noqa: RUF006  (forgotten on purpose)
     return int(await fetch(n))
+
+
+def _backend_pid() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
+
+
+@step
+async def orm_pid(n: int) -> int:
+    """The PostgreSQL backend of the thread Django's async ORM uses, then a query there."""
+    from asgiref.sync import sync_to_async
+
+    pid = await sync_to_async(_backend_pid)()
+    await Execution.objects.filter(step="none").acount()
+    return pid
+
+
+@workflow
+async def async_orm_probe(n: int) -> int:
+    """One step through Django's async ORM (see ``orm_pid``)."""
+    return int(await orm_pid(n))
