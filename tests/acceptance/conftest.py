@@ -51,13 +51,16 @@ class WorkerProcess:
         log: Path,
         extra_path: str | None = None,
         env: dict[str, str] | None = None,
+        wrap: list[str] | None = None,
     ) -> None:
         self.name = name
         self.log_path = log
         self.expect_alive = True
         self._log = open(log, "wb")  # noqa: SIM115  (closed in wait/kill)
+        # ``wrap``: a command the worker runs under, e.g. ``ip netns exec NS`` (which
+        # execs the worker, so the pid and the signals are the worker's own).
         self.proc = subprocess.Popen(
-            worker_command(name, args),
+            [*(wrap or []), *worker_command(name, args)],
             cwd=ROOT,
             env={**worker_env(extra_path), **(env or {})},
             stdout=self._log,
@@ -111,10 +114,14 @@ def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     started: list[WorkerProcess] = []
 
     def start(
-        name: str, *args: str, extra_path: str | None = None, env: dict[str, str] | None = None
+        name: str,
+        *args: str,
+        extra_path: str | None = None,
+        env: dict[str, str] | None = None,
+        wrap: list[str] | None = None,
     ) -> WorkerProcess:
         log = tmp_path / f"{name}-{len(started)}.log"
-        proc = WorkerProcess(name, list(args), log, extra_path, env)
+        proc = WorkerProcess(name, list(args), log, extra_path, env, wrap)
         started.append(proc)
         _LIVE.append(proc)
         return proc
