@@ -13,9 +13,13 @@ class EverystepConfig(AppConfig):
 
     def ready(self) -> None:
         from everystep import checks, conf, logs, metrics, sentry  # noqa: F401  (receivers)
+        from everystep.store import network
 
         metrics.install()
         sentry.install()
+        # Every process, not only workers: a web process awaiting a run (``result()``,
+        # the waiters' hub) must not hang on a connection a network fault left silent.
+        network.configure(conf.worker_default("network_timeout"))
         # Like the admin's admin.py: every installed app's ``workflows`` module is imported,
         # so a worker knows every @workflow before its first claim, whatever it was started
         # by (manage.py everystep_worker, the runner, an embedded Worker).

@@ -226,6 +226,17 @@ OPTIONS: tuple[Option, ...] = (
         ceiling=_LONGEST,
         default_text="max(60, 10 * poll)",
     ),
+    Option(
+        "network_timeout",
+        "network_timeout",
+        float,
+        30.0,
+        "seconds a silent database connection (a blackhole, a failover) is given before "
+        "it counts as lost; 0 = leave the connections as the project set them",
+        minimum=0,
+        ceiling=_LONGEST,
+        setting="EVERYSTEP_NETWORK_TIMEOUT",
+    ),
 )
 BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
 

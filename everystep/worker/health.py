@@ -6,8 +6,8 @@ see them.
   heartbeat thread that hangs or dies fails it, so the supervisor restarts the process
   (a worker whose heartbeat stopped would otherwise lose its runs to orphan recovery).
   While draining the loop no longer ticks on purpose, so the loop's part holds.
-- *Readiness*: the database answers, everystep's migrations are applied, and the worker
-  is not draining.
+- *Readiness*: the database answers (as the heartbeat last found it: ``Readiness``),
+  everystep's migrations are applied, and the worker is not draining.
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connections
+from django.db import DatabaseError, InterfaceError, connections
 
 from everystep.store import reports
-from everystep.store.guard import DATABASE_ERRORS
 from everystep.worker.worker_state import WorkerState
 
 logger = logging.getLogger("everystep.worker")
@@ -57,7 +56,13 @@ def liveness(worker: WorkerState) -> Probe:
 
 class Readiness:
     """Readiness checks; the migration check is cached once it has passed, because
-    building the migration plan reads every migration file."""
+    building the migration plan reads every migration file.
+
+    Whether the database answers is the heartbeat's word once it has beaten: a probe of
+    its own would open a connection per request, and on a connection a network fault left
+    silent it would wait the whole network timeout while the prober gave up long before.
+    The heartbeat writes every ``heartbeat`` seconds, so its last success or failure is
+    at most that old. Before the first beat (or outside a worker) the probe pings."""
 
     def __init__(self) -> None:
         self._migrated = False
@@ -65,8 +70,12 @@ class Readiness:
 
     def __call__(self, worker: WorkerState) -> Probe:
         checks: dict[str, Any] = {"draining": worker.draining}
+        silent = worker.database_silent()
         try:
-            reports.ping()
+            if silent is not None:
+                raise _Silent(f"no heartbeat reached it for {silent:.1f}s")
+            if worker.beat_written is None:
+                reports.ping()
             checks["database"] = "ok"
             self._reachable = True
             if not self._migrated:
@@ -75,7 +84,7 @@ class Readiness:
                 if missing:
                     checks["unapplied_migrations"] = missing
             checks["migrations"] = "ok" if self._migrated else "missing"
-        except DATABASE_ERRORS as exc:
+        except (DatabaseError, InterfaceError, _Silent) as exc:
             # The answer says only "unreachable": a database error's text can name the
             # host, the user, the database, and the probe port may face a wider network
             # than the logs do. The log has the reason, once per outage.
@@ -91,3 +100,7 @@ class Readiness:
             connections.close_all()  # probes run on the HTTP server's threads
         ok = checks["database"] == "ok" and self._migrated and not worker.draining
         return Probe(ok, checks)
+
+
+class _Silent(Exception):
+    """The heartbeat says the database has not answered."""

@@ -136,6 +136,7 @@ class Heartbeat(threading.Thread):
             # A beat waiting for a lock would hold up the shutdown's join of this thread.
             database.keep_lock_waits_short(LOCK_WAIT)
             self.beat()
+            self.worker.beat_failing = False
             if self._failing:
                 self._failing, self.reconnected_at = False, time.monotonic()
             if self.may_sweep():
@@ -143,7 +144,7 @@ class Heartbeat(threading.Thread):
             # Waiters a dead worker's run ended without waking (``store.run_waits``).
             run_waits.sweep()
         except DATABASE_ERRORS as exc:
-            self._failing = True
+            self._failing = self.worker.beat_failing = True
             logger.warning(
                 "heartbeat failed (%s); retrying", exc, extra=self._extra("worker.heartbeat_failed")
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -14,6 +15,21 @@ from everystep.worker.collector import worker_collector
 from everystep.worker.worker_state import WorkerState
 
 logger = logging.getLogger("everystep.worker")
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A prober that gave up before the answer (a probe timeout shorter than a slow
+        answer) is routine, not a traceback on stderr; anything else goes to the log."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError):
+            logger.debug("http: the client at %s hung up (%s)", client_address[0], exc)
+            return
+        logger.exception(
+            "http: serving a request from %s failed",
+            client_address[0],
+            extra={"event": "worker.http_failed"},
+        )
 
 
 class ProbeServer:
@@ -37,9 +53,7 @@ class ProbeServer:
                 options.metrics_port,
                 extra={"event": "worker.metrics_off", "runner": options.name},
             )
-        self.httpd = ThreadingHTTPServer(
-            (options.metrics_bind, options.metrics_port), self._handler()
-        )
+        self.httpd = _Server((options.metrics_bind, options.metrics_port), self._handler())
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(

@@ -25,12 +25,12 @@ from django.utils import timezone
 from everystep import signals
 from everystep.engine.outcome import PassResult
 from everystep.errors import EverystepError
-from everystep.store import database
+from everystep.store import database, network
 from everystep.store.claims import claim_due, next_due, reclaim_parked, reclaim_strays
 from everystep.store.guard import DATABASE_ERRORS
 from everystep.store.wake import Listener, can_listen
 from everystep.values import Claim
-from everystep.worker import interrupts, naming, passes, shutdown
+from everystep.worker import naming, passes, shutdown, supervisor
 from everystep.worker.heartbeat import LOCK_WAIT, Heartbeat
 from everystep.worker.http import ProbeServer
 from everystep.worker.outage import Outage
@@ -70,6 +70,7 @@ class Worker:
         heartbeat: float | None = None,
         orphan_timeout: float | None = None,
         liveness_timeout: float | None = None,
+        network_timeout: float | None = None,
     ) -> None:
         self.options = WorkerOptions.resolve(
             pool_size=pool_size,
@@ -82,6 +83,7 @@ class Worker:
             heartbeat=heartbeat,
             orphan_timeout=orphan_timeout,
             liveness_timeout=liveness_timeout,
+            network_timeout=network_timeout,
         )
         self.state = WorkerState(self.options)
         self.ready = self.state.ready  # set once catchup is done and the loop runs
@@ -117,17 +119,25 @@ class Worker:
 
         Returns True after a clean drain; False when the drain deadline passed with
         steps still executing (their runs were requeued; their threads are abandoned,
-        and a standalone process should exit now rather than wait for them).
+        and a standalone process should exit now rather than wait for them), or, on the
+        main thread, when the shutdown outlived the drain by ``SHUTDOWN_GRACE`` seconds
+        (a database call still waiting: ``supervisor``).
 
         Raises ``everystep.errors.NameInUse``, before claiming anything, if another live
         process sends heartbeats under this worker's name; a crashed predecessor's row is
         watched for up to two heartbeat intervals first, then taken over. A worker whose
         name another process took over while it was silent drains and returns.
         """
+        if threading.current_thread() is threading.main_thread():
+            # The loop on a thread of its own, this one taking signals (``supervisor``).
+            return supervisor.supervise(self.state, self.stop, self._run)
+        return self._run()
+
+    def _run(self) -> bool:
         state, options = self.state, self.options
         state.started_at = timezone.now()
+        network.configure(options.network_timeout)
         probe = self._probe_server()
-        restore = interrupts.install(self.state, self.stop)
         executor = ThreadPoolExecutor(options.pool_size, thread_name_prefix="everystep-run")
         beat = self._beat = Heartbeat(state)
         listen_stop = threading.Event()
@@ -157,7 +167,6 @@ class Worker:
                 listener.join()
             if probe is not None:
                 probe.stop()
-            restore()
         return clean
 
     # -- the loop ---------------------------------------------------------------------

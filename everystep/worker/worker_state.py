@@ -40,6 +40,7 @@ class WorkerOptions:
     heartbeat: float
     orphan_timeout: float
     liveness_timeout: float
+    network_timeout: float
 
     @classmethod
     def resolve(cls, **given: Any) -> WorkerOptions:
@@ -62,6 +63,8 @@ class WorkerState:
     last_tick: float = field(default_factory=time.monotonic)  # the claim loop is ticking
     last_beat: float = field(default_factory=time.monotonic)  # the heartbeat thread is
     beat_written: float | None = None  # when the last beat the database took was sent
+    # The heartbeat's last attempt failed on the database (readiness reads it).
+    beat_failing: bool = False
     stop: threading.Event = field(default_factory=threading.Event)  # stop claiming, drain
     force: threading.Event = field(default_factory=threading.Event)  # stop the drain wait
     wake: threading.Event = field(default_factory=threading.Event)  # a run ended, a NOTIFY
@@ -88,6 +91,18 @@ class WorkerState:
         """The heartbeat thread finished a beat, whether the database took it or not
         (an outage is readiness's business; a hung or dead thread is liveness's)."""
         self.last_beat = time.monotonic()
+
+    def database_silent(self) -> float | None:
+        """Seconds since the database last took a beat, when that says it is unreachable:
+        the last beat failed, or none was taken for two intervals and a second (a beat
+        stuck on a connection nothing answers). None while it answers, or before the
+        first beat."""
+        if self.beat_written is None:
+            return None
+        age = time.monotonic() - self.beat_written
+        if self.beat_failing or age > 2 * self.options.heartbeat + 1:
+            return age
+        return None
 
     @property
     def heartbeat_limit(self) -> float:

@@ -29,7 +29,13 @@ def test_the_library_binds_the_probe_port_to_the_loopback_by_default():
 
 
 class _Draining:
+    """A worker before its first heartbeat: readiness pings the database itself."""
+
     draining = False
+    beat_written = None
+
+    def database_silent(self) -> None:
+        return None
 
 
 @pytest.fixture

@@ -41,6 +41,7 @@ SAMPLES: list[tuple[str, str, str, Any]] = [
     ("heartbeat", "2.5", "2.5", 2.5),
     ("orphan_timeout", "0", "0", 0.0),
     ("liveness_timeout", "90", "90", 90.0),
+    ("network_timeout", "15", "15", 15.0),
     ("project_dir", "/srv/app", '"/srv/app"', Path("/srv/app")),
     ("settings_module", "mysite.settings", '"mysite.settings"', "mysite.settings"),
     ("database_url", "sqlite:///db.sqlite3", '"sqlite:///db.sqlite3"', "sqlite:///db.sqlite3"),
