@@ -5,6 +5,10 @@ and the Django ``metrics_view`` answers only whom ``EVERYSTEP_METRICS_VIEW`` all
 from __future__ import annotations
 
 import json
+import logging
+import socket
+import struct
+import threading
 from typing import Any
 
 import pytest
@@ -17,6 +21,7 @@ from everystep import conf, options
 from everystep.checks import check_settings
 from everystep.metrics import metrics_view
 from everystep.worker import Worker, health
+from everystep.worker.http import ProbeServer
 from tests.staff import staff_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -91,3 +96,34 @@ def test_a_wrong_metrics_view_setting_is_a_system_check_error(settings):
     found = [m for m in check_settings() if m.id == "everystep.E005"]
     assert found and "'everyone'" in found[0].msg
     assert _metrics(AnonymousUser()).status_code == 403  # the safe rule meanwhile
+
+
+def test_a_prober_that_hangs_up_before_the_answer_is_no_traceback(monkeypatch, capfd, caplog):
+    """A probe client that gives up first (a Kubernetes probe's timeout) leaves a debug line,
+    not a traceback on stderr for every probe (issue 37)."""
+    answering = threading.Event()
+
+    def slow_liveness(worker: Any) -> health.Probe:
+        answering.set()
+        threading.Event().wait(0.5)  # the client is gone by the time the answer is written
+        return health.Probe(True)
+
+    monkeypatch.setattr(health, "liveness", slow_liveness)
+    # metrics_port 0 here: the server binds a free port.
+    server = ProbeServer(Worker(pool_size=1, name="hung-up").state)
+    server.start()
+    caplog.set_level(logging.DEBUG, logger="everystep.worker")
+    try:
+        for _ in range(3):
+            answering.clear()
+            client = socket.create_connection(("127.0.0.1", server.port))
+            client.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert answering.wait(10)
+            # Closed with a reset, as a prober that timed out does.
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()
+            threading.Event().wait(0.8)
+    finally:
+        server.stop()
+    assert "Traceback" not in capfd.readouterr().err
+    assert sum("hung up" in r.getMessage() for r in caplog.records) == 3
