@@ -130,6 +130,22 @@ def _set_lock_wait(cursor: Any, vendor: str, seconds: float) -> None:
         cursor.execute("SET SESSION innodb_lock_wait_timeout = %s", [max(int(seconds), 1)])
 
 
+def retire() -> None:
+    """Close this thread's connection to everystep's alias now, or, inside a transaction,
+    once the transaction is over (``retired``): it answers, but from a server that can no
+    longer take writes (``guard.is_read_only``), so the next attempt must connect again,
+    perhaps to the new primary behind the same address."""
+    conn = connection()
+    if conn.in_atomic_block:
+        conn.everystep_retired = True  # type: ignore[attr-defined]
+    else:
+        conn.close()
+
+
+def retired(conn: BaseDatabaseWrapper) -> bool:
+    return getattr(conn, "everystep_retired", False)
+
+
 def close_broken() -> None:
     """Close this thread's connections that an error left unusable, so that its next
     query opens a new one. Django does that at a request's boundaries only; a thread
@@ -138,7 +154,10 @@ def close_broken() -> None:
     restart."""
     for conn in connections.all(initialized_only=True):
         if conn.connection is not None and conn.errors_occurred and not conn.in_atomic_block:
-            if conn.is_usable():
+            if retired(conn):
+                conn.everystep_retired = False  # type: ignore[attr-defined]
+                conn.close()
+            elif conn.is_usable():
                 conn.errors_occurred = False
             else:
                 conn.close()

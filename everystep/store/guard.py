@@ -25,7 +25,14 @@ def guarded(func: Callable[P, R]) -> Callable[P, R]:
     def guard(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return func(*args, **kwargs)
-        except (OperationalError, InterfaceError) as exc:
+        except (DatabaseError, InterfaceError) as exc:
+            if is_read_only(exc):
+                # Not the primary (any more): a failover is under way, or this address
+                # now reaches a standby. The connection answers, so nothing would replace
+                # it; it is retired, and the next attempt connects afresh.
+                database.retire()
+            elif not isinstance(exc, OperationalError | InterfaceError):
+                raise
             refused = too_large(exc)
             if refused is not None:
                 raise refused from exc
@@ -51,6 +58,24 @@ def too_large(exc: Exception) -> EverystepError | None:
     return EverystepError(
         f"the database refused a value this large ({exc.args[-1]}): raise the server's "
         "max_allowed_packet, or keep large data out of arguments and results"
+    )
+
+
+# MariaDB/MySQL's refusals of a write on a read-only server: 1290 (``--read-only``, among
+# other options: the message tells), 1792 (a read-only transaction), 1836 (read-only mode).
+_READ_ONLY_ERRORS = (1290, 1792, 1836)
+
+
+def is_read_only(exc: BaseException) -> bool:
+    """Whether ``exc`` is a server refusing a write because it is read-only: a standby
+    (PostgreSQL SQLSTATE 25006) or a MariaDB/MySQL server in read-only mode."""
+    if getattr(exc.__cause__, "sqlstate", None) == "25006":
+        return True
+    args: tuple[object, ...] = exc.args
+    return (
+        len(args) >= 2
+        and args[0] in _READ_ONLY_ERRORS
+        and (args[0] != 1290 or "read-only" in str(args[1]).lower())
     )
 
 

@@ -15,6 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django.db import connections
 
+from everystep.store import database
+
 
 def keep_connections() -> None:
     """Between two runs on this thread: keep healthy connections, close broken ones."""
@@ -27,7 +29,10 @@ def keep_connections() -> None:
         elif conn.errors_occurred:
             # Checked only after an error (a database restart, say), so a healthy
             # connection costs no round trip between runs.
-            if conn.is_usable():
+            if database.retired(conn):
+                conn.everystep_retired = False  # type: ignore[attr-defined]
+                conn.close()
+            elif conn.is_usable():
                 conn.errors_occurred = False
             else:
                 conn.close()
