@@ -27,7 +27,7 @@ VENV_TOOLS ?= .venv-tools
 TOOLS := checkov==3.3.30 kubernetes-validate==1.37.0
 K8S_VERSION ?= 1.37.0
 
-.PHONY: demo test lint docs unit quickstart integration pgbouncer several-databases modes compat browser image \
+.PHONY: demo test lint docs unit quickstart integration pgbouncer several-databases modes netfaults compat browser image \
 	image-test image-constraints compose-check install install-dev clean manifest-check install-tools
 
 $(BIN)/python:
@@ -119,6 +119,17 @@ several-databases: install-dev
 		EVERYSTEP_TEST_DB=$$db EVERYSTEP_TEST_ALIAS=jobs $(BIN)/pytest $(SEVERAL_TESTS) || exit 1; \
 	done
 
+# Dirty network faults between workers and their database (issue 37), on PostgreSQL and
+# MariaDB: a blackhole (iptables DROP inside a network namespace the tests create, never
+# the host's rules), delay, resets and an upstream switch (tests/netfaults/proxy.py), and a
+# failover to a promoted PostgreSQL replica (clusters of the test's own). Root is needed
+# for the namespaces. bench/netfaults.py and bench/failover.py are the long versions.
+netfaults: install-dev
+	@for db in postgres mariadb; do \
+		echo "== network faults on $$db"; \
+		EVERYSTEP_TEST_DB=$$db $(BIN)/pytest tests/netfaults || exit 1; \
+	done
+
 # The UI in a real browser: Debian's chromium (/usr/bin/chromium) driven by Playwright;
 # axe-core (the accessibility rules the tests inject) from tests/browser's lockfile.
 browser: install-dev
@@ -184,7 +195,7 @@ manifest-check: install-tools
 		-f Dockerfile
 
 test: lint docs manifest-check unit quickstart integration pgbouncer several-databases modes \
-	browser compat \
+	netfaults browser compat \
 	compose-check image-test
 
 clean:
