@@ -144,6 +144,7 @@ class Listener(threading.Thread):
         import psycopg
 
         backoff = 0.5
+        lost = False
         while not self.stop_event.is_set():
             try:
                 with psycopg.connect(**self.params, autocommit=True) as conn:
@@ -153,6 +154,9 @@ class Listener(threading.Thread):
                     prepared.confirm_session(self.alias)
                     backoff = 0.5
                     self.listening.set()
+                    if lost:
+                        lost = False
+                        logger.info("LISTEN connection back", extra={"event": "worker.listen_back"})
                     # A notification may have been missed while (re)connecting.
                     self.wake.set()
                     while not self.stop_event.is_set():
@@ -160,6 +164,7 @@ class Listener(threading.Thread):
                             self.wake.set()
             except psycopg.Error as exc:
                 self.listening.clear()
+                lost = True
                 logger.warning(
                     "LISTEN connection lost (%s); polling until it is back",
                     exc,

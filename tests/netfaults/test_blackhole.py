@@ -143,6 +143,14 @@ def test_a_blackholed_worker_is_detected_taken_over_and_recovers_without_a_resta
     ended = time.time()
     assert kept_dropped, "the victim held connections through the fault"
     wait_until(lambda: _probe(ns, "/readyz") == 200, NETWORK_TIMEOUT + 30, "ready again")
+    if connection.vendor == "postgresql":
+        # The LISTEN connection, silent on an old flow, was given up on and made again.
+        wait_until(
+            lambda: "LISTEN connection back" in victim.log(),
+            NETWORK_TIMEOUT + 30,
+            "the LISTEN connection back",
+        )
+        assert "LISTEN connection lost" in victim.log()
 
     # Only the victim left: new work must reach it, without a restart.
     healthy.signal(signal.SIGTERM)
