@@ -132,7 +132,7 @@ def _set_lock_wait(cursor: Any, vendor: str, seconds: float) -> None:
 
 def retire() -> None:
     """Close this thread's connection to everystep's alias now, or, inside a transaction,
-    once the transaction is over (``retired``): it answers, but from a server that can no
+    once the transaction is over (``take_retired``): it answers, but from a server that can no
     longer take writes (``guard.is_read_only``), so the next attempt must connect again,
     perhaps to the new primary behind the same address."""
     conn = connection()
@@ -142,8 +142,13 @@ def retire() -> None:
         conn.close()
 
 
-def retired(conn: BaseDatabaseWrapper) -> bool:
-    return getattr(conn, "everystep_retired", False)
+def take_retired(conn: BaseDatabaseWrapper) -> bool:
+    """Whether ``retire`` marked ``conn`` to be closed once out of its transaction (the
+    mark is cleared: the caller closes it)."""
+    if not getattr(conn, "everystep_retired", False):
+        return False
+    conn.everystep_retired = False  # type: ignore[attr-defined]
+    return True
 
 
 def close_broken() -> None:
@@ -154,8 +159,7 @@ def close_broken() -> None:
     restart."""
     for conn in connections.all(initialized_only=True):
         if conn.connection is not None and conn.errors_occurred and not conn.in_atomic_block:
-            if retired(conn):
-                conn.everystep_retired = False  # type: ignore[attr-defined]
+            if take_retired(conn):
                 conn.close()
             elif conn.is_usable():
                 conn.errors_occurred = False

@@ -29,8 +29,7 @@ def keep_connections() -> None:
         elif conn.errors_occurred:
             # Checked only after an error (a database restart, say), so a healthy
             # connection costs no round trip between runs.
-            if database.retired(conn):
-                conn.everystep_retired = False  # type: ignore[attr-defined]
+            if database.take_retired(conn):
                 conn.close()
             elif conn.is_usable():
                 conn.errors_occurred = False
