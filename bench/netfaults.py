@@ -7,9 +7,9 @@ is the short version.
         [--latency-pool 8] [--singles 60] [--rate 2] [--reset-rate 0.001]
         [--blackhole 60] [--pause S] [--wait-quiet 60] [--keep-logs]
 
-Every worker reaches the database through a TCP proxy in this process
-(``tests/netfaults/proxy.py``); on a fresh database of its own, one scenario after another
-(all three by default):
+The workers reach the database through a TCP proxy in this process
+(``tests/netfaults/proxy.py``; but in the first latency phase); on a fresh database of its
+own, one scenario after another (all three by default):
 
 - **latency**: one ``--latency-pool`` worker executes ``--runs`` (500) runs of
   ``bench_three`` (3 one-line steps, as ``compare.py``) scheduled at once, then
@@ -232,33 +232,6 @@ def resets(args: argparse.Namespace, current: Session) -> dict[str, Any]:
     }
 
 
-def blackhole(args: argparse.Namespace, ns: Any, victim: Any) -> tuple[Any, dict[str, Any]]:
-    """Blackhole the victim while it holds runs, for ``args.blackhole`` seconds and until
-    its runs were taken over; end it keeping the old flows dropped."""
-    from tests.testapp import chaos
-
-    wait(lambda: bool(chaos.held_runs(victim.name)), "the victim to hold runs", [victim])
-    began = time.time()
-    ns.blackhole()
-    held: set[str] = set()
-    seen: dict[str, float] = {}
-    while True:
-        now = chaos.held_runs(victim.name)
-        held.update(now)
-        if "detected" not in seen and "heartbeat failed" in victim.log():
-            seen["detected"] = time.time() - began
-        if "taken_over" not in seen and not now:
-            seen["taken_over"] = time.time() - began
-        if "taken_over" in seen and time.time() - began >= args.blackhole:
-            break
-        time.sleep(0.1)
-    kept = ns.lift_keeping_old_flows()
-    ended = time.time()
-    event = chaos.Interruption("stop", began, ended, frozenset(held), victim.pid)
-    figures = {"held": len(held), "seconds": round(ended - began, 1), "old_flows_kept": len(kept)}
-    return event, {**figures, **{f"{k}_s": round(v, 1) for k, v in seen.items()}}
-
-
 def victim_steps_after(victim: Any, moment: float) -> int:
     from datetime import UTC, datetime
 
@@ -324,20 +297,22 @@ def chaos_phases(
     args: argparse.Namespace, ns: Any, fleet: list[Any], victim: Any, watch: Any
 ) -> dict[str, Any]:
     """The runs, the blackhole once a fifth are done, a quarter more after it; the checks."""
+    from tests.netfaults import test_network_chaos
     from tests.testapp import chaos
 
     alive = [*fleet, victim]
     began = time.monotonic()
     chaos.schedule_mix(args.runs, args.pause)
     wait(lambda: chaos.terminal_count() >= args.runs // 5, "a fifth of the runs", alive)
-    event, hole = blackhole(args, ns, victim)
+    hole = test_network_chaos.hole(ns, victim, at_least=args.blackhole)
+    event, figures = hole.event, hole.figures()
     more = args.runs // 4
     chaos.schedule_mix(more, args.pause, first=args.runs)
     wait(lambda: chaos.terminal_count() == args.runs + more, "every run terminal", alive)
     took = time.monotonic() - began
     result = outcome([*watch.interruptions(), event], alive)
-    hole["victim_steps_after"] = victim_steps_after(victim, event.end)
-    return {**result, "blackhole": hole, "terminal_s": round(took, 1)}
+    figures["victim_steps_after"] = victim_steps_after(victim, event.end)
+    return {**result, "blackhole": figures, "terminal_s": round(took, 1)}
 
 
 def log_problems(path: Any) -> list[str]:

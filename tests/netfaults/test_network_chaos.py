@@ -18,13 +18,14 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from django.db import connection
 
 from tests.acceptance.conftest import WorkerProcess, wait_until
-from tests.netfaults.netns import namespace
+from tests.netfaults.netns import Namespace, namespace
 from tests.netfaults.proxy import Proxy
 from tests.testapp import chaos, chaos_checks
 
@@ -204,37 +205,59 @@ def test_delays_resets_and_a_blackhole_keep_every_invariant(workers, proxy):
             victim = workers("victim", *FLAGS, env=proxy_env(cut_off.address), wrap=ns.wrap())
             chaos.schedule_mix(MIXED_RUNS, MIXED_PAUSE)
             wait_until(lambda: chaos.terminal_count() >= MIXED_RUNS // 5, 120, "runs done")
-            blackhole = hole(ns.blackhole, ns.lift_keeping_old_flows, victim)
+            fault = hole(ns, victim, at_least=ORPHAN_TIMEOUT + 2)
             drain(MIXED_RUNS, 240)
             stop_fleet(healthy)
             chaos.schedule_mix(AFTER, MIXED_PAUSE, first=MIXED_RUNS)
             drain(MIXED_RUNS + AFTER, 120)
-            figures = check([*watch.interruptions(), blackhole])
+            figures = check([*watch.interruptions(), fault.event])
             stop_fleet([victim])
-    assert figures["stops"] == 1 and blackhole.held and watch.resets
-    assert blackhole.end - blackhole.start > ORPHAN_TIMEOUT
-    print(
-        f"\n{watch.resets} resets, a blackhole of {blackhole.end - blackhole.start:.1f}s "
-        f"over {len(blackhole.held or ())} held runs; {pprint.pformat(figures)}"
-    )
+    assert figures["stops"] == 1 and fault.event.held and watch.resets
+    assert fault.event.end - fault.event.start > ORPHAN_TIMEOUT
+    assert fault.detected is not None, "the victim never logged a failed heartbeat"
+    print(f"\n{watch.resets} resets, blackhole {fault.figures()}; {pprint.pformat(figures)}")
 
 
-def hole(
-    begin: Callable[[], object], end: Callable[[], object], victim: WorkerProcess
-) -> chaos.Interruption:
-    """``begin()`` a fault of the victim's network while it holds runs, ``end()`` it once
-    the others took its runs over (its heartbeat then older than the orphan timeout): a
-    "stop" interruption of the victim, with every run it held meanwhile."""
+def hole(ns: Namespace, victim: WorkerProcess, at_least: float = 0.0) -> Blackhole:
+    """Blackhole ``ns`` while the victim in it holds runs, until the others took its runs
+    over (its heartbeat then older than the orphan timeout) and ``at_least`` seconds
+    passed; end it as a NAT that lost its state ends it (the old flows stay dropped)."""
     wait_until(lambda: chaos.held_runs(victim.name), 60, "the victim to hold runs")
     began = time.time()
-    begin()
+    ns.blackhole()
     held: set[str] = set()
+    seen: dict[str, float] = {}
 
-    def taken_over() -> bool:
+    def over() -> bool:
         now = chaos.held_runs(victim.name)
         held.update(now)
-        return not now
+        if "detected" not in seen and "heartbeat failed" in victim.log():
+            seen["detected"] = time.time() - began
+        if "taken_over" not in seen and not now:
+            seen["taken_over"] = time.time() - began
+        return "taken_over" in seen and time.time() - began >= at_least
 
-    wait_until(taken_over, ORPHAN_TIMEOUT + 60, "the victim's runs taken over")
-    end()
-    return chaos.Interruption("stop", began, time.time(), frozenset(held), victim.pid)
+    wait_until(over, ORPHAN_TIMEOUT + at_least + 60, "the victim's runs taken over")
+    kept = ns.lift_keeping_old_flows()
+    event = chaos.Interruption("stop", began, time.time(), frozenset(held), victim.pid)
+    return Blackhole(event, seen.get("detected"), seen["taken_over"], len(kept))
+
+
+@dataclass(frozen=True)
+class Blackhole:
+    """What ``hole`` did: the victim's interruption, and when (seconds into the fault) the
+    victim logged a failed heartbeat and its runs were all taken over."""
+
+    event: chaos.Interruption
+    detected: float | None
+    taken_over: float
+    old_flows_kept: int
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "seconds": round(self.event.end - self.event.start, 1),
+            "held": len(self.event.held or ()),
+            "detected_s": None if self.detected is None else round(self.detected, 1),
+            "taken_over_s": round(self.taken_over, 1),
+            "old_flows_kept": self.old_flows_kept,
+        }
