@@ -322,13 +322,16 @@ def log_problems(path: Any) -> list[str]:
     return [f"victim: {line}" for line in lines if any(key in line for key in keys)]
 
 
+def faults_only(lines: list[str]) -> list[str]:
+    """The workers' complaints but the chaos mix's own failures (every ``chaos.failing``
+    run logs its ``ValueError`` with a traceback)."""
+    return [line for line in lines if "chaos failure" not in line and "Traceback" not in line]
+
+
 def by_message(lines: list[str], top: int = 12) -> dict[str, int]:
-    """Log lines by message, ids and numbers blanked; the chaos mix's own failures left out
-    (every ``chaos.failing`` run logs its ``ValueError``)."""
+    """Log lines by message, ids and numbers blanked."""
     counts: Counter[str] = Counter()
     for line in lines:
-        if "chaos failure" in line or "Traceback" in line:
-            continue
         message = line.split(" ", 5)[-1]  # after "name: date time pid LEVEL"
         counts[re.sub(r"[0-9a-f-]{32,36}|\d+(\.\d+)?", "#", message)[:110]] += 1
     return dict(counts.most_common(top))
@@ -420,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
             before = len(current.workers.problems())
             parts = SCENARIO_RUNS[name](mine, current)
             problems = current.workers.problems()[before:] + parts.pop("victim_problems", [])
+            problems = faults_only(problems)
             broken = parts.pop("problems")
             record = result_record(
                 "netfaults", mine, current.info, problems[:200], scenario=name, **parts
