@@ -139,9 +139,10 @@ def test_a_blackholed_worker_is_detected_taken_over_and_recovers_without_a_resta
 
     wait_until(taken_over, ORPHAN_TIMEOUT + 60, "the victim's runs taken over")
     # The fault ends as a NAT that lost its state ends it: new flows pass, old ones not.
-    kept_dropped = ns.lift_keeping_old_flows()
+    # (By now the victim may have given up on all of its connections and be connecting
+    # again: then nothing old is left to keep dropped, and its connects pass.)
+    ns.lift_keeping_old_flows()
     ended = time.time()
-    assert kept_dropped, "the victim held connections through the fault"
     wait_until(lambda: _probe(ns, "/readyz") == 200, NETWORK_TIMEOUT + 30, "ready again")
     if connection.vendor == "postgresql":
         # The LISTEN connection, silent on an old flow, was given up on and made again.
