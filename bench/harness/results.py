@@ -81,11 +81,16 @@ def plain_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def result_record(
-    kind: str, args: argparse.Namespace, info: dict[str, Any], problems: list[str], **parts: Any
+    kind: str,
+    args: argparse.Namespace,
+    info: dict[str, Any],
+    complaints: list[str],
+    **parts: Any,
 ) -> dict[str, Any]:
     """One result line: what was measured, with what, where, and the workers' complaints
-    (``problems``); ``info`` is ``machine_info()`` from the start. Call while Django is
-    set up on the benchmark database."""
+    (kept as ``worker_problems``); ``info`` is ``machine_info()`` from the start. Call
+    while Django is set up on the benchmark database. A part may be named ``problems``
+    (``chaos.py``'s broken invariants)."""
     info["loadavg_end"] = loadavg()
     return {
         "kind": kind,
@@ -95,7 +100,7 @@ def result_record(
         "source": source_info(args.source),
         "machine": info,
         **parts,
-        "worker_problems": problems,
+        "worker_problems": complaints,
     }
 
 
