@@ -41,7 +41,6 @@ class Heartbeat(threading.Thread):
         # When this thread last found the database again after failing to reach it
         # (monotonic; None: no failure yet). See ``may_sweep``.
         self.reconnected_at: float | None = None
-        self._failing = False
         self.displaced = False  # another boot holds the name now (``_displaced_by``)
 
     def beat(self) -> None:
@@ -126,7 +125,7 @@ class Heartbeat(threading.Thread):
         runs at once would re-execute steps that live runners are finishing (their
         records fenced out, but executed twice); they get a full timeout to beat again."""
         timeout = self.options.orphan_timeout
-        if timeout <= 0 or self.worker.draining or self._failing:
+        if timeout <= 0 or self.worker.draining or self.worker.beat_failing:
             return False
         since = self.reconnected_at
         return since is None or time.monotonic() - since >= timeout
@@ -136,15 +135,15 @@ class Heartbeat(threading.Thread):
             # A beat waiting for a lock would hold up the shutdown's join of this thread.
             database.keep_lock_waits_short(LOCK_WAIT)
             self.beat()
-            self.worker.beat_failing = False
-            if self._failing:
-                self._failing, self.reconnected_at = False, time.monotonic()
+            if self.worker.beat_failing:
+                # Readiness reads the flag too (``WorkerState.database_silent``).
+                self.worker.beat_failing, self.reconnected_at = False, time.monotonic()
             if self.may_sweep():
                 self.recover_orphans()
             # Waiters a dead worker's run ended without waking (``store.run_waits``).
             run_waits.sweep()
         except DATABASE_ERRORS as exc:
-            self._failing = self.worker.beat_failing = True
+            self.worker.beat_failing = True
             logger.warning(
                 "heartbeat failed (%s); retrying", exc, extra=self._extra("worker.heartbeat_failed")
             )
