@@ -159,9 +159,13 @@ def close_broken() -> None:
     restart."""
     for conn in connections.all(initialized_only=True):
         if conn.connection is not None and conn.errors_occurred and not conn.in_atomic_block:
-            if take_retired(conn):
-                conn.close()
-            elif conn.is_usable():
-                conn.errors_occurred = False
-            else:
-                conn.close()
+            mend_after_error(conn)
+
+
+def mend_after_error(conn: BaseDatabaseWrapper) -> None:
+    """``conn`` saw an error outside a transaction: close it if it was retired or no
+    longer answers, else clear the error and keep it."""
+    if take_retired(conn) or not conn.is_usable():
+        conn.close()
+    else:
+        conn.errors_occurred = False

@@ -29,12 +29,7 @@ def keep_connections() -> None:
         elif conn.errors_occurred:
             # Checked only after an error (a database restart, say), so a healthy
             # connection costs no round trip between runs.
-            if database.take_retired(conn):
-                conn.close()
-            elif conn.is_usable():
-                conn.errors_occurred = False
-            else:
-                conn.close()
+            database.mend_after_error(conn)
 
 
 def close_thread_connections(executor: ThreadPoolExecutor) -> None:
