@@ -13,7 +13,7 @@ before Django is fully set up.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -27,6 +27,7 @@ from everystep.async_api import asleep as asleep
 from everystep.async_api import asleep_until as asleep_until
 from everystep.async_api import astart as astart
 from everystep.async_api import await_for as await_for
+from everystep.async_api import awatch as awatch
 from everystep.decorators import step as step
 from everystep.decorators import workflow as workflow
 from everystep.scheduling import schedule as schedule
@@ -139,3 +140,29 @@ def deprecate_patch(change_id: str) -> None:
     from everystep.engine import patches
 
     patches.deprecate_patch(change_id)
+
+
+def publish(key: str, value: Any) -> None:
+    """From a workflow body or inside a step: make ``value`` the latest under ``key`` for
+    the current run, for ``published``/``watch`` readers (``docs/progress.md``). From a
+    step it is visible when this returns; from a body a replay publishes nothing."""
+    from everystep.engine.progress import publish as publish_value
+
+    publish_value(key, value)
+
+
+def published(run: Workflow | UUID | str) -> dict[str, Any]:
+    """The latest value of every key run ``run`` published."""
+    from everystep.engine.watching import published as read
+
+    return read(run)
+
+
+def watch(
+    run: Workflow | UUID | str, timeout: timedelta | float | None = None
+) -> Iterator[dict[str, Any]]:
+    """Yield run ``run``'s published values at once and on each change, ending after the
+    run is final with its final values; past ``timeout`` a ``WaitTimeout``."""
+    from everystep.engine.watching import watch as follow
+
+    return follow(run, timeout)

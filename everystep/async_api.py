@@ -17,7 +17,7 @@ it is awaited, so concurrent awaits get the same ids on every pass
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Never
 from uuid import UUID
@@ -116,3 +116,17 @@ def astart(
 
     defn, stored = run_of(workflow_fn, args, keywords, idempotency_key, "astart")
     return async_ops.astart(defn.name, stored, idempotency_key, everystep_id)
+
+
+def awatch(
+    run: Workflow | UUID | str, timeout: timedelta | float | None = None
+) -> AsyncIterator[dict[str, Any]]:
+    """``watch()`` for async code: ``async for values in awatch(run)``. Its waits hold no
+    thread and share the process's wake-up with every other ``awatch`` and ``aresult``."""
+    from everystep.engine.results import run_ids
+    from everystep.engine.waiters import watch_values
+    from everystep.engine.waits import as_delay
+
+    (run_id,) = run_ids([run], "awatch()")
+    limit = None if timeout is None else as_delay(timeout, "awatch() timeout")
+    return watch_values(run_id, limit)

@@ -327,6 +327,27 @@ class RunWait(EverystepModel):
         return f"{self.waiter_id} awaits {self.awaited_run_id}"
 
 
+class Published(EverystepModel):
+    """The latest value a run published under one key (``everystep.publish``): what a
+    page showing the run's progress reads. ``version`` counts the key's writes, so a
+    watcher sees that a run's values changed from one small read per run (the sum of its
+    versions) before it reads them."""
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="published")
+    key = models.CharField(max_length=200)
+    value = models.JSONField(null=True, blank=True)
+    version = models.BigIntegerField(default=1)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workflow", "key"], name="everystep_unique_published"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} of {self.workflow_id}"
+
+
 class AuditEntry(EverystepModel):
     """One write action an operator took, from the UI or a command: who, when, what, on
     which runs (one run, a few, or a filter with the count it matched), and why."""

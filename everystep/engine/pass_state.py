@@ -136,6 +136,11 @@ class RunState:
     # An async body's pass (``everystep.engine.async_body``): what only it keeps; None
     # for a sync body's.
     aio: AsyncPass | None = None
+    # The values this pass published (``everystep.engine.progress``): key → stored JSON
+    # text, so publishing a value again writes nothing; per pass, since another worker
+    # may have published since this one last did. ``publishing`` orders a key's writes.
+    published: dict[str, str] = field(default_factory=dict)
+    publishing: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def is_async(self) -> bool:

@@ -1,4 +1,5 @@
-"""``aresult`` / ``agather`` outside a run: waiting on an event loop for runs to end.
+"""``aresult`` / ``agather`` outside a run: waiting on an event loop for runs to end;
+``awatch``: following a run's published values there.
 
 The async twin of ``everystep.engine.results._block``. A sync ``result()`` holds its thread
 (and on PostgreSQL a LISTEN connection) for its whole wait; an ASGI process may hold a
@@ -16,6 +17,12 @@ blocks) and, while any is registered:
   could not be made) 50 ms, doubling up to 1 s as the sync poll does; a new waiter cuts
   either short. No read comes sooner than 50 ms after the last, so a hundred waiters
   arriving together, or a storm of NOTIFYs, cost a read per 50 ms, not one each.
+
+Watchers (``awatch``) share the same reads and pauses: each read also takes the state of
+their runs (``store.published.states``: status and a count of writes) and their values
+where that changed, and hands each watcher its latest values — a watcher slower than
+the changes sees the latest, not every one. Once a watcher's run is watched, the hub
+also LISTENs for the writers' batched NOTIFY.
 
 Polling stays the correctness path; NOTIFY only makes it prompt. With no waiter left the
 hub closes its connections and sleeps until one registers; after a failed read it closes
@@ -39,6 +46,7 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -50,8 +58,9 @@ from django.db import connections
 from everystep.engine import results
 from everystep.engine.offload import offload
 from everystep.errors import EverystepError, RunInterrupted, StoreUnavailable, WaitTimeout
-from everystep.store import run_waits
-from everystep.store.wake import EndedListener
+from everystep.models import FINAL_STATUSES
+from everystep.store import published, run_waits
+from everystep.store.wake import PUBLISHED_CHANNEL, EndedListener
 
 Outcomes = list[dict[str, Any]]
 _POLL_FIRST, _POLL_MOST = 0.05, 1.0
@@ -76,6 +85,34 @@ async def wait_ended(ids: list[UUID], limit: timedelta | None, what: str) -> Out
                 return ended if ended is not None else await _from_hub(ids, what, loop)
     except TimeoutError:
         raise WaitTimeout(f"{what}: the runs had not ended within {limit}") from None
+
+
+async def watch_values(run: UUID, limit: timedelta | None) -> AsyncIterator[dict[str, Any]]:
+    """Run ``run``'s published values at once, then as they change, until it is final
+    (the last yield holds its final values); past ``limit`` a ``WaitTimeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = None if limit is None else loop.time() + limit.total_seconds()
+    watcher = _Watcher(run, loop, asyncio.Event())
+    hub = current_hub()
+    hub.add(watcher)
+    last: dict[str, Any] | None = None
+    try:
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await watcher.changed.wait()
+            except TimeoutError:
+                raise WaitTimeout(f"awatch(): run {run} had not ended within {limit}") from None
+            watcher.changed.clear()
+            if watcher.error is not None:
+                raise watcher.error
+            if watcher.values is not None and (last is None or watcher.values != last):
+                last = watcher.values
+                yield last
+            if watcher.final:
+                return
+    finally:
+        hub.discard(watcher)
 
 
 def _sync_caller(loop: asyncio.AbstractEventLoop) -> bool:
@@ -141,6 +178,36 @@ class _Waiter:
             self.loop.call_soon_threadsafe(deliver)
 
 
+@dataclass(eq=False)
+class _Watcher:
+    """An ``awatch`` of one run. The hub sets ``values``, ``final`` or ``error`` on the
+    watcher's loop, then ``changed``; ``state`` is the hub's own, the run's last seen."""
+
+    run: UUID
+    loop: asyncio.AbstractEventLoop
+    changed: asyncio.Event
+    values: dict[str, Any] | None = None
+    final: bool = False
+    error: BaseException | None = None
+    state: Any = None
+    marked: bool = False
+
+    def settle(
+        self, values: dict[str, Any] | None, final: bool, error: BaseException | None = None
+    ) -> None:
+        """From the hub's thread: hand the watcher the run's values, or ``error``."""
+
+        def deliver() -> None:
+            if error is not None:
+                self.error = error
+            else:
+                self.values, self.final = values, final
+            self.changed.set()
+
+        with contextlib.suppress(RuntimeError):  # its loop is closed: nobody watches
+            self.loop.call_soon_threadsafe(deliver)
+
+
 class Hub:
     """The one wake-up source of this process's waiters (see the module docstring).
     ``reads`` and ``ids_read`` count its outcome reads and the ids they covered;
@@ -149,7 +216,7 @@ class Hub:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.lock = threading.Lock()
-        self.waiters: set[_Waiter] = set()
+        self.waiters: set[_Waiter | _Watcher] = set()
         self.registered = threading.Event()
         self.idle = threading.Event()  # set while it holds no connection
         self.idle.set()
@@ -157,17 +224,17 @@ class Hub:
         self.listening = False
         self.thread = threading.Thread(target=self._run, name="everystep-waiters", daemon=True)
 
-    def add(self, waiter: _Waiter) -> None:
+    def add(self, waiter: _Waiter | _Watcher) -> None:
         with self.lock:
             self.waiters.add(waiter)
             self.registered.set()
 
-    def discard(self, waiter: _Waiter) -> None:
+    def discard(self, waiter: _Waiter | _Watcher) -> None:
         with self.lock:
             self.waiters.discard(waiter)
 
     def waiting(self) -> int:
-        """How many waiters are registered."""
+        """How many waiters (and watchers) are registered."""
         with self.lock:
             return len(self.waiters)
 
@@ -189,7 +256,7 @@ class Hub:
                 connections.close_all()  # this thread's: idle, or after a failure
                 self.idle.set()
 
-    def _current(self) -> list[_Waiter]:
+    def _current(self) -> list[_Waiter | _Watcher]:
         with self.lock:
             self.registered.clear()  # a waiter added from now on cuts the next pause
             # A loop closed without cancelling its tasks leaves waiters nobody awaits.
@@ -200,14 +267,17 @@ class Hub:
         """Read and pause until no waiter is left."""
         with EndedListener() as listener:
             pause = _POLL_FIRST
-            while waiters := self._current():
+            while current := self._current():
+                if any(isinstance(one, _Watcher) for one in current):
+                    listener.also(PUBLISHED_CHANNEL)
                 self.listening = listener.listening
                 read_at = time.monotonic()
-                if not self._read(waiters, listener.listening):
+                changed = self._read(current, listener.listening)
+                if changed is None:
                     return  # connections closed by the caller; reopened on the next read
                 if listener.listening:
                     self._listen(listener)
-                elif self.registered.wait(pause):
+                elif changed or self.registered.wait(pause):
                     pause = _POLL_FIRST
                 else:
                     pause = min(pause * 2, _POLL_MOST)
@@ -222,25 +292,33 @@ class Hub:
             if left <= 0 or listener.wait(min(_POLL_FIRST, left)):
                 return
 
-    def _read(self, waiters: list[_Waiter], listening: bool) -> bool:
-        """One read for all ``waiters``; hand each whose runs ended its outcomes.
-        ``listening``: the runs of new waiters are marked awaited first."""
+    def _read(self, current: list[_Waiter | _Watcher], listening: bool) -> bool | None:
+        """One read for all waiters and watchers in ``current``; hand each waiter whose
+        runs ended its outcomes, each watcher whose run changed its values. Whether a
+        watched run changed; None if the read failed. ``listening``: the runs of new
+        waiters are marked awaited first."""
+        waiters = [one for one in current if isinstance(one, _Waiter)]
+        watchers = [one for one in current if isinstance(one, _Watcher)]
         ids = sorted({run for waiter in waiters for run in waiter.ids})
+        watched = sorted({watcher.run for watcher in watchers})
         try:
-            new = [waiter for waiter in waiters if not waiter.marked]
+            new = [one for one in current if not one.marked]
             if listening and new:
-                run_waits.mark_awaited({run for waiter in new for run in waiter.ids})
-            for waiter in new:
-                waiter.marked = True
+                run_waits.mark_awaited({run for one in new for run in _runs_of(one)})
+            for one in new:
+                one.marked = True
             found: dict[UUID, tuple[str, Any, Any]] = {}
             for start in range(0, len(ids), _CHUNK):
                 found.update(run_waits.outcomes(ids[start : start + _CHUNK]))
+            states = published.states(watched) if watched else {}
+            moved = [w for w in watchers if w.state is None or states.get(w.run) != w.state]
+            values = published.snapshots({w.run for w in moved if w.run in states})
         except (Exception, StoreUnavailable) as exc:  # StoreUnavailable: a BaseException
-            self._fail(waiters, exc)
-            return False
+            self._fail(current, exc)
+            return None
         with self.lock:
             self.reads += 1
-            self.ids_read += len(ids)
+            self.ids_read += len(ids) + len(watched)
         for waiter in waiters:
             try:
                 ended = results.ended_outcomes(found, waiter.ids, waiter.what)
@@ -251,16 +329,36 @@ class Hub:
             if ended is not None:
                 self.discard(waiter)
                 waiter.settle(ended)
-        return True
+        for watcher in moved:
+            state = states.get(watcher.run)
+            if state is None:
+                self.discard(watcher)
+                missing = EverystepError(f"awatch(): no run with id {watcher.run}")
+                watcher.settle(None, False, missing)
+                continue
+            watcher.state = state
+            final = state[0] in FINAL_STATUSES
+            if final:
+                self.discard(watcher)
+            watcher.settle(values.get(watcher.run, {}), final)
+        return bool(moved)
 
-    def _fail(self, waiters: list[_Waiter], exc: BaseException) -> None:
+    def _fail(self, current: list[_Waiter | _Watcher], exc: BaseException) -> None:
         """A read failed (the database is unreachable, say): each waiter gets an
         ``EverystepError`` of its own, as ``result()`` raises one."""
-        for waiter in waiters:
-            self.discard(waiter)
-            error = EverystepError(f"{waiter.what}: {exc}")
+        for one in current:
+            self.discard(one)
+            what = one.what if isinstance(one, _Waiter) else "awatch()"
+            error = EverystepError(f"{what}: {exc}")
             error.__cause__ = exc
-            waiter.settle(None, error)
+            if isinstance(one, _Waiter):
+                one.settle(None, error)
+            else:
+                one.settle(None, False, error)
+
+
+def _runs_of(one: _Waiter | _Watcher) -> list[UUID]:
+    return one.ids if isinstance(one, _Waiter) else [one.run]
 
 
 _hub: Hub | None = None

@@ -27,6 +27,9 @@ from everystep.store import database, prepared
 CHANNEL = "everystep_due"
 # Where a run that someone awaits announces its end (``everystep.store.run_waits``).
 ENDED_CHANNEL = "everystep_ended"
+# Where runs' published values announce a change (``everystep.engine.progress``), batched
+# per process; watchers listen.
+PUBLISHED_CHANNEL = "everystep_published"
 # How long the listener waits for its own probe before deciding LISTEN does not work.
 PROBE_TIMEOUT = 5.0
 logger = logging.getLogger("everystep.worker")
@@ -47,6 +50,11 @@ def notify_due() -> None:
 def notify_ended() -> None:
     """Tell blocking ``result()`` callers that an awaited run ended (PostgreSQL)."""
     _notify(ENDED_CHANNEL)
+
+
+def notify_published() -> None:
+    """Tell watchers that runs published values (PostgreSQL)."""
+    _notify(PUBLISHED_CHANNEL)
 
 
 def can_listen() -> bool:
@@ -85,11 +93,13 @@ def _listen_params() -> dict[str, Any]:
 
 class EndedListener:
     """For a blocking ``result()``: LISTEN for awaited runs' ends on a connection of its
-    own (PostgreSQL, when enabled). ``wait`` returns at a notification or after its
-    pause; without a LISTEN (another database, or it failed) it only pauses."""
+    own (PostgreSQL, when enabled), and on ``also``'s channels too (a watcher's
+    ``PUBLISHED_CHANNEL``). ``wait`` returns at a notification or after its pause;
+    without a LISTEN (another database, or it failed) it only pauses."""
 
-    def __init__(self) -> None:
+    def __init__(self, *also: str) -> None:
         self.conn: Any = None
+        self.channels = [ENDED_CHANNEL, *also]
 
     @property
     def listening(self) -> bool:
@@ -101,10 +111,24 @@ class EndedListener:
 
             try:
                 self.conn = psycopg.connect(**_listen_params(), autocommit=True)
-                self.conn.execute(f"LISTEN {ENDED_CHANNEL}")
+                for channel in self.channels:
+                    self.conn.execute(f"LISTEN {channel}")
             except psycopg.Error:
                 self.__exit__()  # polling it is
         return self
+
+    def also(self, channel: str) -> None:
+        """LISTEN on ``channel`` too, from now on (a no-op while polling)."""
+        if channel in self.channels:
+            return
+        self.channels.append(channel)
+        if self.conn is not None:
+            import psycopg
+
+            try:
+                self.conn.execute(f"LISTEN {channel}")
+            except psycopg.Error:
+                self.__exit__()
 
     def wait(self, seconds: float) -> bool:
         """Whether a notification came within ``seconds``."""

@@ -1,0 +1,176 @@
+"""The values runs publish (``everystep.publish``): one row per run and key, written by
+an upsert that also counts the key's writes, and read back whole, per run, or one key
+for many runs (the runs list's column).
+
+A fork shows the values of the run it was forked from until it publishes any of its
+own: ``snapshots`` follows ``forked_from`` from a run that has none.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection
+from typing import Any
+
+from django.db import IntegrityError
+from django.db.models import Count, Sum
+from django.utils import timezone
+
+from everystep import serde
+from everystep.errors import EverystepError
+from everystep.models import Published, Workflow
+from everystep.store import database
+from everystep.store.guard import guarded
+
+# How far ``snapshots`` follows a chain of forks with no values of their own.
+_FORK_DEPTH = 20
+# Ids per read: SQLite builds may refuse more than 999 variables in a statement.
+_CHUNK = 900
+
+State = tuple[str, tuple[int, int]]
+
+
+@guarded
+def write(run_id: uuid.UUID, key: str, stored: Any) -> None:
+    """Make ``stored`` (a value already encoded by ``serde``) the latest under ``key`` for
+    run ``run_id``, counting the write in the row's ``version``: one statement."""
+    conn = database.connection()
+    quote = conn.ops.quote_name
+    table = quote(Published._meta.db_table)
+    names = ("workflow_id", "key", "value", "version", "updated_at")
+    columns = ", ".join(quote(name) for name in names)
+    if conn.vendor == "mysql":
+        update = (
+            f"ON DUPLICATE KEY UPDATE {quote('value')} = VALUES({quote('value')}), "
+            f"{quote('version')} = {quote('version')} + 1, "
+            f"{quote('updated_at')} = VALUES({quote('updated_at')})"
+        )
+    else:
+        update = (
+            f"ON CONFLICT ({quote('workflow_id')}, {quote('key')}) DO UPDATE SET "
+            f"{quote('value')} = excluded.{quote('value')}, "
+            f"{quote('version')} = {table}.{quote('version')} + 1, "
+            f"{quote('updated_at')} = excluded.{quote('updated_at')}"
+        )
+    params = [
+        Workflow._meta.pk.get_db_prep_value(run_id, conn),
+        key,
+        Published._meta.get_field("value").get_db_prep_save(stored, conn),
+        Published._meta.get_field("updated_at").get_db_prep_save(timezone.now(), conn),
+    ]
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, 1, %s) {update}", params
+            )
+    except IntegrityError:
+        raise EverystepError(f"publish(): run {run_id} no longer exists") from None
+
+
+@guarded
+def states(runs: Collection[uuid.UUID]) -> dict[uuid.UUID, State]:
+    """``run id → (status, (keys, writes))`` of the runs that exist: what a watcher
+    compares to see that a run's values changed, without reading them. The status is
+    read first, so values read after a final status are the final values."""
+    ids = list(runs)
+    statuses: dict[uuid.UUID, str] = {}
+    tokens: dict[uuid.UUID, tuple[int, int]] = {}
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start : start + _CHUNK]
+        statuses.update(Workflow.objects.filter(id__in=chunk).values_list("id", "status"))
+        rows = (
+            Published.objects.filter(workflow_id__in=chunk)
+            .values("workflow_id")
+            .annotate(keys=Count("id"), writes=Sum("version"))
+            .order_by()
+        )
+        tokens.update({row["workflow_id"]: (row["keys"], int(row["writes"])) for row in rows})
+    return {run: (status, tokens.get(run, (0, 0))) for run, status in statuses.items()}
+
+
+@guarded
+def snapshots(runs: Collection[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
+    """``run id → {key: value}`` (decoded) of the runs that exist; a fork with no value
+    of its own has its origin's."""
+    ids = list(runs)
+    origins: dict[uuid.UUID, uuid.UUID | None] = {}
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start : start + _CHUNK]
+        origins.update(Workflow.objects.filter(id__in=chunk).values_list("id", "forked_from_id"))
+    values = _values(list(origins))
+    # A fork without values of its own shows its origin's, through a chain of such forks.
+    pending: dict[uuid.UUID, uuid.UUID] = {
+        run: origin for run, origin in origins.items() if origin is not None and not values.get(run)
+    }
+    for _ in range(_FORK_DEPTH):
+        if not pending:
+            break
+        found = _values(list(set(pending.values())))
+        upward = dict(
+            Workflow.objects.filter(id__in=list(set(pending.values()))).values_list(
+                "id", "forked_from_id"
+            )
+        )
+        for run, origin in list(pending.items()):
+            above = upward.get(origin)
+            if found.get(origin):
+                values[run] = found[origin]
+                del pending[run]
+            elif above is not None:
+                pending[run] = above
+            else:
+                del pending[run]
+    return {run: values.get(run, {}) for run in origins}
+
+
+def snapshot(run: uuid.UUID) -> dict[str, Any] | None:
+    """Run ``run``'s values, or None if there is no such run."""
+    return snapshots([run]).get(run)
+
+
+@guarded
+def column(runs: Collection[uuid.UUID], key: str) -> dict[uuid.UUID, Any]:
+    """``run id → value`` under ``key`` of those ``runs`` that have one (a fork with no
+    value of its own shows its origin's, one step back)."""
+    ids = list(runs)
+    found: dict[uuid.UUID, Any] = {}
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start : start + _CHUNK]
+        found.update(_one_key(chunk, key))
+        missing = [run for run in chunk if run not in found]
+        if missing:
+            origins = dict(
+                Workflow.objects.filter(id__in=missing, forked_from__isnull=False).values_list(
+                    "id", "forked_from_id"
+                )
+            )
+            if origins:
+                theirs = _one_key(list(set(origins.values())), key)
+                found.update({run: theirs[o] for run, o in origins.items() if o in theirs})
+    return found
+
+
+def _one_key(ids: list[uuid.UUID], key: str) -> dict[uuid.UUID, Any]:
+    rows = Published.objects.filter(workflow_id__in=ids, key=key)
+    rows = rows.values_list("workflow_id", "value")
+    return {run: _decoded(value) for run, value in rows}
+
+
+def _values(ids: list[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
+    values: dict[uuid.UUID, dict[str, Any]] = {}
+    for start in range(0, len(ids), _CHUNK):
+        rows = (
+            Published.objects.filter(workflow_id__in=ids[start : start + _CHUNK])
+            .order_by("workflow_id", "key")
+            .values_list("workflow_id", "key", "value")
+        )
+        for run, key, value in rows:
+            values.setdefault(run, {})[key] = _decoded(value)
+    return values
+
+
+def _decoded(value: Any) -> Any:
+    try:
+        return serde.decode(value)
+    except EverystepError:  # a value whose type is gone since: shown as stored
+        return value
