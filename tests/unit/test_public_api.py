@@ -50,7 +50,7 @@ def test_subprocess_check_can_see_django_when_imported() -> None:
 
 def test_public_names_are_exported() -> None:
     """``__all__`` lists exactly the public API, durable waits, ``send``, the patch
-    functions, composition, ``fork`` and the async twins included."""
+    functions, composition, ``fork``, the async twins and progress included."""
     assert sorted(everystep.__all__) == [
         "Terminal",
         "agather",
@@ -61,11 +61,14 @@ def test_public_names_are_exported() -> None:
         "asleep_until",
         "astart",
         "await_for",
+        "awatch",
         "deprecate_patch",
         "fork",
         "gather",
         "parallel",
         "patched",
+        "publish",
+        "published",
         "result",
         "schedule",
         "send",
@@ -74,6 +77,7 @@ def test_public_names_are_exported() -> None:
         "start",
         "step",
         "wait_for",
+        "watch",
         "workflow",
     ]
     for name in everystep.__all__:
