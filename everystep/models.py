@@ -333,7 +333,12 @@ class Published(EverystepModel):
     watcher sees that a run's values changed from one small read per run (the sum of its
     versions) before it reads them."""
 
-    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="published")
+    # No constraint in the database: its check would lock the run's row, which an atomic
+    # step's transaction holds (MariaDB), and the value must be visible before that
+    # commits. The rows still go with their run: Django's cascade deletes them.
+    workflow = models.ForeignKey(
+        Workflow, on_delete=models.CASCADE, related_name="published", db_constraint=False
+    )
     key = models.CharField(max_length=200)
     value = models.JSONField(null=True, blank=True)
     version = models.BigIntegerField(default=1)

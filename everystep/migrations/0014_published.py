@@ -1,5 +1,6 @@
-"""Progress a run publishes (issue 38): one row per run and key, deleted with its run.
-A new table only: a worker of the previous release never reads or writes it."""
+"""Progress a run publishes (issue 38): one row per run and key, deleted with its run
+(by Django's cascade: no constraint in the database, whose check would lock the run's
+row). A new table only: a worker of the previous release never reads or writes it."""
 
 import django.db.models.deletion
 from django.db import migrations, models
@@ -27,6 +28,7 @@ class Migration(migrations.Migration):
                 (
                     "workflow",
                     models.ForeignKey(
+                        db_constraint=False,
                         on_delete=django.db.models.deletion.CASCADE,
                         related_name="published",
                         to="everystep.workflow",

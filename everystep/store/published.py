@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Collection
 from typing import Any
 
-from django.db import IntegrityError
 from django.db.models import Count, Sum
 from django.utils import timezone
 
@@ -58,13 +57,10 @@ def write(run_id: uuid.UUID, key: str, stored: Any) -> None:
         Published._meta.get_field("value").get_db_prep_save(stored, conn),
         Published._meta.get_field("updated_at").get_db_prep_save(timezone.now(), conn),
     ]
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, 1, %s) {update}", params
-            )
-    except IntegrityError:
-        raise EverystepError(f"publish(): run {run_id} no longer exists") from None
+    with conn.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, 1, %s) {update}", params
+        )
 
 
 @guarded

@@ -1,0 +1,129 @@
+"""Where ``publish`` writes (``everystep.engine.progress``): a step's value is visible
+while its own transaction is still open (an atomic step; SQLite, with one writer, at
+the commit), from an async step and an async body as from sync ones, and a replay check
+writes nothing."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connection
+
+from everystep import publish, published, schedule, sleep, step, workflow
+from everystep.engine.check import check_replay
+from everystep.models import Published, Status, Workflow
+from everystep.testing import run_due
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+inside = threading.Event()
+release = threading.Event()
+
+
+@step(atomic=True)
+def atomic_publisher() -> str:
+    publish("stage", "inside the transaction")
+    inside.set()
+    assert release.wait(30), "the test never released the step"
+    return "done"
+
+
+@workflow
+def atomic_progress() -> str:
+    return atomic_publisher()
+
+
+@step
+async def async_publisher(n: int) -> int:
+    for i in range(n):
+        publish("i", i)
+    return n
+
+
+@workflow
+async def async_progress(n: int) -> int:
+    publish("stage", "counting")
+    total = await async_publisher(n)
+    publish("stage", "counted")
+    return total
+
+
+@step
+def plain(n: int) -> int:
+    return n
+
+
+@workflow
+def sleepy_progress() -> str:
+    publish("stage", "before the sleep")
+    plain(1)
+    sleep(3600)
+    publish("stage", "after the sleep")
+    return "woke"
+
+
+def _version(run: Workflow, key: str) -> int:
+    return Published.objects.get(workflow_id=run.id, key=key).version
+
+
+def test_a_value_from_an_atomic_step_is_seen_before_the_step_commits() -> None:
+    inside.clear()
+    release.clear()
+    run = schedule(atomic_progress)
+    worker = threading.Thread(target=run_due)
+    worker.start()
+    try:
+        assert inside.wait(30), "the step never ran"
+        seen = published(run)
+    finally:
+        release.set()
+        worker.join(60)
+    if connection.vendor == "sqlite":
+        # One writer: the step's transaction holds it, and the value commits with it.
+        assert seen == {}
+    else:
+        assert seen == {"stage": "inside the transaction"}
+    assert Workflow.objects.get(id=run.id).status == Status.COMPLETED
+    assert published(run) == {"stage": "inside the transaction"}
+
+
+def test_an_async_body_and_step_publish_from_the_event_loop() -> None:
+    run = schedule(async_progress, 25)
+    (done,) = run_due()
+    assert done.status == Status.COMPLETED, done.error
+    assert published(run) == {"stage": "counted", "i": 24}
+    assert _version(run, "i") == 25
+    assert _version(run, "stage") == 2
+
+
+def test_a_replay_and_a_replay_check_publish_nothing() -> None:
+    run = schedule(sleepy_progress)
+    (asleep,) = run_due()
+    assert asleep.status == Status.SCHEDULED
+    assert published(run) == {"stage": "before the sleep"}
+    report = check_replay(workflow=run.name)
+    assert report.checked == 1
+    assert _version(run, "stage") == 1
+    (woke,) = run_due(advance=3601)
+    assert woke.status == Status.COMPLETED, woke.error
+    # The replay after the sleep passed the first publish without writing it again.
+    assert published(run) == {"stage": "after the sleep"}
+    assert _version(run, "stage") == 2
+
+
+def test_publishing_the_same_value_again_writes_nothing() -> None:
+    @step
+    def same_twice() -> None:
+        publish("stage", "same")
+        time.sleep(0.01)
+        publish("stage", "same")
+
+    @workflow
+    def repeat_progress() -> None:
+        same_twice()
+
+    run = schedule(repeat_progress)
+    run_due()
+    assert _version(run, "stage") == 1
