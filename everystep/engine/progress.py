@@ -36,7 +36,7 @@ from uuid import UUID
 
 from everystep import conf, serde
 from everystep.engine.pass_state import RunState, check_name, current_frame
-from everystep.errors import EverystepError
+from everystep.errors import EverystepError, StoreUnavailable
 from everystep.store import database, published
 from everystep.store.wake import notify_published
 
@@ -172,7 +172,13 @@ class _Writer:
     def _do(job: tuple[UUID, str, Any, Future[None]]) -> None:
         run_id, key, stored, done = job
         try:
-            published.write(run_id, key, stored)
+            try:
+                published.write(run_id, key, stored)
+            except StoreUnavailable:
+                # This thread's connection may have been idle since before a restart of
+                # the database: once more on a new one (the upsert may be repeated).
+                database.close_broken()
+                published.write(run_id, key, stored)
         except BaseException as exc:  # StoreUnavailable included: the caller raises it
             database.close_broken()
             done.set_exception(exc)

@@ -127,3 +127,34 @@ def test_publishing_the_same_value_again_writes_nothing() -> None:
     run = schedule(repeat_progress)
     run_due()
     assert _version(run, "stage") == 1
+
+
+@step(atomic=True)
+def quick_atomic_publisher(value: str) -> str:
+    publish("stage", value)
+    return value
+
+
+@workflow
+def quick_atomic_progress(value: str) -> str:
+    return quick_atomic_publisher(value)
+
+
+@pytest.mark.backends("postgres")
+def test_the_writer_thread_reconnects_after_its_connection_was_lost() -> None:
+    """An atomic step's value goes through the process's writer thread, whose connection
+    may sit idle across a database restart: its next write connects again."""
+    first = schedule(quick_atomic_progress, "first")
+    run_due()
+    assert published(first) == {"stage": "first"}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        (terminated,) = cursor.fetchone()
+    assert terminated >= 1  # the writer's connection, at least
+    second = schedule(quick_atomic_progress, "second")
+    (done,) = run_due()
+    assert done.status == Status.COMPLETED, done.error
+    assert published(second) == {"stage": "second"}
