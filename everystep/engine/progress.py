@@ -95,10 +95,19 @@ def publish(key: str, value: Any) -> None:
 
 def _write(run: RunState, key: str, stored: Any) -> None:
     conn = database.connection()
-    if _on_event_loop() or (conn.in_atomic_block and conn.vendor != "sqlite"):
+    if _on_event_loop() or (
+        conn.in_atomic_block and conn.vendor != "sqlite" and not _in_a_test(conn)
+    ):
         _writer().write(run.run_id, key, stored)
     else:
         published.write(run.run_id, key, stored)
+
+
+def _in_a_test(conn: Any) -> bool:
+    """Whether ``conn``'s transaction is one a TestCase (or pytest's ``django_db``) wraps a
+    test in: the run itself is in it, visible to no other connection, and the test reads
+    on this one; a value written elsewhere would outlive the test's rollback."""
+    return any(getattr(block, "_from_testcase", False) for block in conn.atomic_blocks)
 
 
 def _notifies() -> bool:

@@ -158,3 +158,28 @@ def test_the_writer_thread_reconnects_after_its_connection_was_lost() -> None:
     (done,) = run_due()
     assert done.status == Status.COMPLETED, done.error
     assert published(second) == {"stage": "second"}
+
+
+@pytest.mark.django_db(transaction=False)
+def test_in_a_test_wrapped_in_a_transaction_the_value_stays_in_it() -> None:
+    """A TestCase (here pytest's ``django_db``) runs the run in the test's transaction:
+    the value is written there too, seen by the test, and gone with its rollback."""
+    run = schedule(quick_atomic_progress, "in the test")
+    (done,) = run_due()
+    assert done.status == Status.COMPLETED, done.error
+    assert published(run) == {"stage": "in the test"}
+    assert connection.in_atomic_block
+    elsewhere: list[int] = []
+
+    def count() -> None:
+        from django.db import connections
+
+        try:
+            elsewhere.append(Published.objects.filter(workflow_id=run.id).count())
+        finally:
+            connections.close_all()
+
+    reader = threading.Thread(target=count)
+    reader.start()
+    reader.join(30)
+    assert elsewhere == [0]  # not committed outside the test's transaction
