@@ -304,6 +304,10 @@ def parse_json(text: str, what: str) -> Any:
         raise EverystepError(f"{what} is not valid JSON: {exc}") from None
     except RecursionError:  # the parser's own limit, far above MAX_DEPTH
         raise EverystepError(f"{what} nests too deeply to be stored") from None
+    except ValueError as exc:
+        # Python's cap on the digits of an int it converts from text (4,300 by default):
+        # a plain ValueError, not a JSONDecodeError.
+        raise EverystepError(f"{what} holds a number too long to read: {exc}") from None
 
 
 def roundtrip(value: Any, where: str = "value") -> Any:

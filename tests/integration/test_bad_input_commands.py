@@ -205,6 +205,7 @@ BAD_SETTLEMENTS = [
     (["2", "--result", "NaN"], "non-finite float nan"),
     (["2", "--result", "[" * 100_000], "nests too deeply|not valid JSON"),
     (["2", "--result", "[" * 40 + "]" * 40], "more than 31 levels"),
+    (["2", "--result", "1" * 5_000], "holds a number too long to read"),
     (["2", "--error", ""], "an error needs a non-empty message"),
     (["2", "--error", " \t\n"], "an error needs a non-empty message"),
 ]
@@ -216,6 +217,20 @@ def test_resolve_step_refuses_bad_input_and_changes_nothing(history, args, match
     messages are refused; the run stays blocked with its steps as they were."""
     before = recorded()
     refused("everystep_resolve_step", str(history["blocked"].id), *args, match=match)
+    assert recorded() == before
+
+
+@pytest.mark.parametrize(
+    "command, flag",
+    [("everystep_send", "--payload"), ("everystep_fork", "--args")],
+)
+def test_a_number_past_pythons_digit_cap_is_one_clear_line(history, command, flag):
+    """A JSON int over 4,300 digits, which Python refuses with a ValueError of its own,
+    is the same one-line error as any JSON that cannot be read."""
+    before = recorded()
+    extra = ["an-event"] if command == "everystep_send" else []
+    run = history["blocked" if command == "everystep_send" else "completed"]
+    refused(command, str(run.id), *extra, flag, "[" + "7" * 5_000 + "]", match="too long to read")
     assert recorded() == before
 
 

@@ -243,6 +243,9 @@ BAD_FORMS = [
     {"action": "resolve", "step_id": "2", "mode": "result", "value": "[" * 100_000},
     {"action": "resolve", "step_id": "2", "mode": "result", "value": "[" * 40 + "]" * 40},
     {"action": "resolve", "step_id": "2", "mode": "result", "value": MEGABYTE},
+    # Past Python's 4,300 digits an int is a ValueError of its own, not a JSON error.
+    {"action": "resolve", "step_id": "2", "mode": "result", "value": "1" * 5_000},
+    {"action": "resolve", "step_id": "2", "mode": "result", "value": "[" + "9" * 5_000 + "]"},
     {"action": "resolve", "step_id": "2", "mode": "error", "value": " \x0b "},
     {"action": "resolve", "step_id": "1", "mode": "discard"},  # done, not started
 ]
