@@ -4,4 +4,5 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("everystep/", include("everystep.urls")),
+    path("shop/", include("shop.urls")),
 ]
