@@ -27,6 +27,7 @@ from everystep.models import FINAL_STATUSES, AuditEntry, Status, Workflow, Workf
 from everystep.store import audit, database, run_waits
 from everystep.store.audit import Actor
 from everystep.store.reports import filtered_runs, id_bounds
+from everystep.store.runners import live_runner_names
 from everystep.store.runs import cancel_children
 from everystep.store.wake import notify_due
 from everystep.stored_errors import encode_error
@@ -94,7 +95,10 @@ def _text(value: Any) -> str:
 
 
 def _running(runs: WorkflowQuerySet) -> WorkflowQuerySet:
-    return runs.filter(status=Status.RUNNING)
+    # A runner still beating would carry on with runs handed to other workers meanwhile:
+    # their runs are left to it, as the runners page and everystep_requeue_runner leave
+    # them (a run requeued by its id is the operator's own call on that one run).
+    return runs.filter(status=Status.RUNNING).exclude(claimed_by__in=live_runner_names())
 
 
 def _finished(runs: WorkflowQuerySet) -> WorkflowQuerySet:
@@ -175,8 +179,9 @@ def bulk_requeue(
     reason: str = "",
 ) -> int:
     """Put every ``running`` run that matches back to ``scheduled`` (as
-    ``store.requeue_one`` does: its holder's late writes are refused by the fence); the
-    number requeued. One ``bulk_requeue`` audit entry counts them."""
+    ``store.requeue_one`` does: its holder's late writes are refused by the fence), but
+    not the runs of a runner that may be alive; the number requeued. One
+    ``bulk_requeue`` audit entry counts them."""
 
     def requeue(ids: list[UUID]) -> None:
         Workflow.objects.filter(id__in=ids).requeue()

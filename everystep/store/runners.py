@@ -15,6 +15,7 @@ from django.db import IntegrityError
 from django.db.models import Count, F
 from django.utils import timezone
 
+from everystep import conf
 from everystep.models import Runner, Status, Workflow
 from everystep.store import audit, database
 from everystep.store.audit import Actor
@@ -201,6 +202,14 @@ def held_runs() -> dict[str, int]:
         .annotate(n=Count("id"))
     )
     return {name: n for name, n in rows}
+
+
+def live_runner_names() -> list[str]:
+    """The runners heard from too recently to be taken for dead (``Runner.may_be_alive``
+    with the project's orphan timeout and heartbeat): their runs are theirs to finish."""
+    silent_for = max(conf.worker_default("orphan_timeout"), 2 * conf.worker_default("heartbeat"))
+    recent = timezone.now() - timedelta(seconds=silent_for)
+    return list(Runner.objects.filter(last_seen__gt=recent).values_list("name", flat=True))
 
 
 def known_runner_names() -> list[str]:

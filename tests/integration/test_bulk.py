@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from everystep import schedule
 from everystep.errors import EverystepError
-from everystep.models import AuditEntry, Status, Workflow
+from everystep.models import AuditEntry, Runner, Status, Workflow
 from everystep.store import bulk
 from everystep.store.audit import Actor
 from everystep.testing import run_due
@@ -122,6 +122,36 @@ def test_requeue_by_filter_touches_only_running_runs():
     assert rows[blocked.id].status == Status.BLOCKED
     (entry,) = entries("bulk_requeue")
     assert entry.filter == {"runner": "gone"} and entry.count == 3
+
+
+def beating(name: str, seconds_ago: float) -> Runner:
+    """A heartbeat row for runner ``name``, last heard ``seconds_ago``."""
+    now = timezone.now()
+    return Runner.objects.create(
+        name=name,
+        boot_id=uuid.uuid4(),
+        pool_size=4,
+        started_at=now - timedelta(hours=1),
+        last_seen=now - timedelta(seconds=seconds_ago),
+    )
+
+
+def test_requeue_by_filter_leaves_the_runs_of_a_runner_still_beating():
+    """The runners page's rule holds for a bulk requeue too (issue 41): a runner heard from
+    within the orphan timeout may be alive and would carry on with runs handed to other
+    workers, so its runs stay; a silent runner's are requeued, in the same action."""
+    beating("alive", seconds_ago=1)
+    beating("silent", seconds_ago=3600)
+    live = make(Status.RUNNING, claimed_by="alive")
+    dead = make(Status.RUNNING, claimed_by="silent")
+    assert command("everystep_requeue", "--runner", "alive", "--dry-run").startswith("0 runs match")
+    assert (
+        command("everystep_requeue", "--runner", "alive") == "requeued 0 runs (filter runner=alive)"
+    )
+    assert bulk.count(bulk.RunFilter(status=Status.RUNNING), "requeue") == 1
+    assert bulk.bulk_requeue(bulk.RunFilter(status=Status.RUNNING), Actor.command("test")) == 1
+    assert statuses()[live.id] == Status.RUNNING
+    assert statuses()[dead.id] == Status.SCHEDULED
 
 
 @pytest.mark.parametrize(
