@@ -8,6 +8,7 @@ to ``StepFailure`` carrying the message when that type is gone or will not take 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from everystep import failure_detail
@@ -15,23 +16,53 @@ from everystep.errors import EverystepError, StepFailure
 from everystep.safe_text import printable
 from everystep.serde import decode, encode_nested, import_qualified, qualified_name
 
+# The message and the args of a stored exception, at most this many bytes each (UTF-8;
+# the args as JSON), as the traceback is bounded: a 2 MB message was stored whole, on the
+# step's record and again on the run's.
+MAX_PART_BYTES = failure_detail.MAX_BYTES
+
 
 def encode_error(exc: BaseException) -> dict[str, Any]:
     """Store an exception as ``{type, message, args}``, and ``traceback`` (bounded text,
     see ``failure_detail``) if it was raised; an argument that cannot be serialized is
-    stored as its ``repr()``."""
-    # The args sit two levels down in the stored error: {"args": [...]}.
-    args = [_encode_or_repr(arg, 2) for arg in exc.args]
+    stored as its ``repr()``. A message past ``MAX_PART_BYTES`` is cut, and so are the
+    args' long strings; args still past it are not stored (``args: null``), and a replay
+    then rebuilds a ``StepFailure`` carrying the message, as the live pass sees it too
+    (``engine.step_run.failed_outcome``)."""
     error = {
         "type": printable(qualified_name(type(exc))),
-        "message": printable(str(exc)),
-        "args": args,
+        "message": _cut(printable(str(exc))),
+        "args": _bounded_args(exc.args),
     }
     trace = failure_detail.traceback_text(exc)
     if trace is not None:
         # Escaped before it is bounded: the escapes take room too.
         error["traceback"] = failure_detail.bounded(printable(trace))
     return error
+
+
+def _bounded_args(raw: tuple[Any, ...]) -> list[Any] | None:
+    # The args sit two levels down in the stored error: {"args": [...]}.
+    args = [_encode_or_repr(arg, 2) for arg in raw]
+    if _json_bytes(args) <= MAX_PART_BYTES:
+        return args
+    args = [_cut(arg) if isinstance(arg, str) else arg for arg in args]
+    return args if _json_bytes(args) <= MAX_PART_BYTES else None
+
+
+def _json_bytes(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False).encode("utf-8", "replace"))
+
+
+def _cut(text: str) -> str:
+    """``text`` within ``MAX_PART_BYTES`` (its JSON escapes included), its start kept."""
+    if _json_bytes(text) <= MAX_PART_BYTES:
+        return text
+    note = f"… [cut: {len(text):,} characters]"
+    kept = text[: MAX_PART_BYTES // 2]  # an escaped character takes up to 6 bytes: halve
+    while _json_bytes(kept + note) > MAX_PART_BYTES:
+        kept = kept[: len(kept) // 2]
+    return kept + note
 
 
 def _encode_or_repr(value: Any, depth: int) -> Any:

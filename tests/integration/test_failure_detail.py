@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 import everystep
-from everystep import schedule, step, workflow
+from everystep import schedule, step, stored_errors, workflow
 from everystep.errors import Terminal
 from everystep.failure_detail import MAX_BYTES
 from everystep.logs import CONTINUATION, JsonFormatter
@@ -197,14 +197,48 @@ def test_deep_recursion_is_cut_to_its_end():
 
 
 def test_a_giant_message_is_cut_in_the_traceback_not_the_frames():
-    """A 200 kB message is cut in the traceback, whose raising frame stays; the error's
-    message keeps it whole."""
+    """A 200 kB message is cut in the traceback, whose raising frame stays."""
     run = finished(schedule(giant, 200_000))
     error = first_step(run).error
-    assert len(error["message"]) == 200_000
     assert len(error["traceback"].encode("utf-8")) <= MAX_BYTES
     assert 'raise ValueError("x" * size)' in error["traceback"]
     assert "[message cut: 200,0" in error["traceback"]
+
+
+@step
+def shout_at(text: str, *more: Any) -> None:
+    raise LookupError(text, *more)
+
+
+@workflow(name="failure_detail.caught")
+def caught(size: int, bulky: bool) -> str:
+    try:
+        shout_at("é" * size, *([list(range(size))] if bulky else []))
+    except LookupError as exc:
+        return f"caught {type(exc).__name__}"
+    except everystep.errors.StepFailure as exc:
+        return f"caught {type(exc).__name__}: {str(exc)[:40]}"
+    return "not raised"
+
+
+def test_a_giant_message_and_args_are_stored_bounded_as_the_traceback_is():
+    """A 2 MB message is cut to ``MAX_PART_BYTES`` in the step's record and the run's,
+    and so are the args' strings: the exception keeps its type, so the body's
+    ``except`` catches it alike on the live pass and on a replay. Args still too big (a
+    list of 2 million ints) are not stored: both passes see a ``StepFailure``."""
+    limit = stored_errors.MAX_PART_BYTES
+    for bulky, expected in ((False, "caught LookupError"), (True, "caught StepFailure")):
+        run = finished(schedule(caught, 1_000_000, bulky))
+        assert run.status == Status.COMPLETED, run.error
+        assert run.result.startswith(expected)
+        error = first_step(run).error
+        assert len(json.dumps(error["message"], ensure_ascii=False).encode()) <= limit
+        assert re.search(r"… \[cut: [0-9,]{9,} characters\]$", error["message"])
+        assert len(json.dumps(error["args"], ensure_ascii=False).encode()) <= limit
+        assert (error["args"] is None) is bulky
+        # A replay rebuilds what the live pass saw.
+        replayed = stored_errors.decode_error(error)
+        assert type(replayed).__name__ == expected.split()[-1].rstrip(":")
 
 
 def test_unstorable_characters_never_reach_the_database():
