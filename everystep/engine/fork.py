@@ -108,19 +108,6 @@ def fork_run(
     return fork
 
 
-def refusal(run: Workflow, from_step: str | None) -> str | None:
-    """Why ``run`` cannot be forked from ``from_step`` under the installed code, worked
-    out again and writing nothing (for a page showing a refused fork); None if it can."""
-    try:
-        _finished_run(run)
-        if task_runs.definition(run.name) is None:
-            raise EverystepError(f"no @workflow is registered under {run.name!r} here")
-        plan_fork(run, uuid7(), run.args, load_steps(run.id), from_step)
-    except EverystepError as exc:
-        return str(exc)
-    return None
-
-
 def _finished_run(run: Workflow | UUID | str) -> Workflow:
     run_id = run.id if isinstance(run, Workflow) else run
     try:

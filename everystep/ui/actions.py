@@ -99,10 +99,10 @@ def run_action(request: HttpRequest, run_id: UUID) -> HttpResponse:
         done = _perform(action, str(run_id), request.POST, actor=Actor.user(user))
     except EverystepError as exc:
         key = notices.refusal(action, str(run_id), request.POST, exc)
-        # A refused fork's page works out the reason again: from the step asked for,
-        # once it is one of the run's (the page checks), never as text to show.
-        asked = request.POST.get("from_step", "").strip() if key == "fork-refused" else ""
-        return _back(run_id, error=key, **({"from_step": asked} if asked else {}))
+        # A refused fork's page shows the reason this POST found, signed for this run:
+        # working it out again on the GET would run the workflow's body there.
+        why = {"why": notices.sign_fork_reason(str(run_id), str(exc))}
+        return _back(run_id, error=key, **(why if key == "fork-refused" else {}))
     logger.info(
         "run %s: %s by %s%s",
         run_id,

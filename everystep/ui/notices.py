@@ -5,12 +5,21 @@ anything it would not say itself. An unknown key says nothing.
 A refused action's key is found from what was refused (``refusal``): the run's status,
 the form's fields and the run's real steps, read again after the store refused; the
 store's own message goes to the log (``everystep.ui``, event ``ui.refused``).
+
+One refusal needs its reason on the page: a fork the installed code cannot replay. The
+reason is known only to the POST that was refused (working it out again would run the
+workflow's body: in the web process, on a GET anyone with view access can send). The
+POST signs it for that run (``sign_fork_reason``, Django's signing with the project's
+SECRET_KEY, valid an hour), and the page shows it only if the signature holds: a URL can
+still make the UI say only what it said itself.
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Any
+
+from django.core import signing
 
 from everystep import safe_text
 from everystep.engine import task_runs
@@ -137,17 +146,38 @@ def run_notices(query: Any, done: dict[str, str], run: Workflow) -> list[str]:
     """The run page's notices for its ``error`` and ``done`` keys (``done``: the texts of
     the actions' keys)."""
     key = query.get("error", "")
-    refused = _fork_reason(run, query.get("from_step", "")) if key == "fork-refused" else None
+    refused = _fork_reason(run, query.get("why", "")) if key == "fork-refused" else None
     refused = refused or REFUSED.get(key)
     said = (refused and f"Error: {refused}", done.get(query.get("done", "")))
     return [text for text in said if text]
 
 
-def _fork_reason(run: Workflow, asked: str) -> str | None:
-    """The reason a fork of ``run`` is refused, worked out again by the server (a replay
-    check that writes nothing); ``asked``: the step the form named, used only if it is
-    one of the run's recorded steps."""
-    from everystep.engine.fork import refusal
+# A signed reason lasts this long: a bookmarked page of a refused fork then says only
+# that it was refused.
+FORK_REASON_MAX_AGE = 3600
+# The reason carried, at most (a URL has room for a few kilobytes).
+FORK_REASON_MAX_LENGTH = 1000
 
-    steps = {step.step_id for step in run_steps(run.id)} if asked else set()
-    return refusal(run, asked if asked in steps else None)
+
+def sign_fork_reason(run_id: str, reason: str) -> str:
+    """``reason`` (the refused fork's message), signed for run ``run_id``'s page."""
+    cut = reason[:FORK_REASON_MAX_LENGTH]
+    return signing.dumps(cut, salt=_salt(run_id), compress=True)
+
+
+def _fork_reason(run: Workflow, token: str) -> str | None:
+    """The reason the POST signed for this run, if the token is that, else None."""
+    if not token or len(token) > 4 * FORK_REASON_MAX_LENGTH:
+        return None
+    try:
+        reason = signing.loads(token, salt=_salt(str(run.id)), max_age=FORK_REASON_MAX_AGE)
+    except signing.BadSignature:  # forged, another run's, or expired
+        return None
+    if not isinstance(reason, str):
+        return None
+    shown = safe_text.escape_controls(reason)
+    return f"This run cannot be forked from there under the installed code: {shown}"
+
+
+def _salt(run_id: str) -> str:
+    return f"everystep.ui.fork-refused:{run_id}"

@@ -238,16 +238,21 @@ def test_the_command_forks_every_finished_run_a_filter_matches():
 
 
 def test_the_ui_shows_why_a_fork_was_refused(client):
-    """The run page's Fork action refused: the page after it gives the reason, worked out
-    again by the server, not carried as text in the URL."""
+    """The run page's Fork action refused: the page after it gives the reason the POST
+    found, signed for this run (issue 39): the GET runs no workflow code and writes
+    nothing, and a reason forged, or signed for another run, is not shown."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
     from django.urls import reverse
 
     from tests.staff import staff_user
 
     original = failed_checkout()
     client.force_login(staff_user("fork_workflow"))
+    bodies = []
 
     def reordered(order: int, amount: int) -> list[object]:
+        bodies.append(order)
         return [wf.ship(order), wf.charge(order, amount)]
 
     with deployed(wf.checkout, reordered):
@@ -255,8 +260,77 @@ def test_the_ui_shows_why_a_fork_was_refused(client):
             reverse("everystep:run-action", args=[original.id]), {"action": "fork"}
         )
         assert response.status_code == 302
-        assert "error=fork-refused" in response["Location"]
-        assert "replay" not in response["Location"]
-        page = client.get(response["Location"]).content.decode()
+        location = response["Location"]
+        assert "error=fork-refused" in location
+        assert "replay" not in location
+        ran_for_the_post = len(bodies)
+        with CaptureQueriesContext(connection) as queries:
+            page = client.get(location).content.decode()
+            client.get(location + "&refresh=1")
+    assert ran_for_the_post >= 1 and len(bodies) == ran_for_the_post  # none for the GETs
+    statements = [query["sql"].upper() for query in queries.captured_queries]
+    writes = [sql for sql in statements if sql.split()[0] in {"INSERT", "UPDATE", "DELETE"}]
+    assert not writes and not [sql for sql in statements if "FOR UPDATE" in sql]
     assert "would fail on replay" in page and "step 1 was recorded as" in page
     assert not Workflow.objects.filter(forked_from=original).exists()
+    # A token forged, cut, or signed for another run: the page says only the key's text.
+    other = failed_checkout()
+    token = location.split("why=")[1]
+    for url in (
+        location.replace("why=", "why=x"),
+        location[:-5],
+        reverse("everystep:run", args=[other.id]) + "?error=fork-refused&why=" + token,
+    ):
+        shown = client.get(url).content.decode()
+        assert "cannot be forked from there" in shown and "recorded as" not in shown
+
+
+def test_a_refused_forks_page_costs_what_the_plain_page_costs(client):
+    """The refused fork's page of a run with big steps (300 steps of 100 KB here; 1,500 in the
+    report of issue 41) takes no more memory than the plain page: it loads no step's
+    data for the reason (before, it loaded every step once more, twice with
+    ``from_step``)."""
+    import tracemalloc
+
+    from django.urls import reverse
+    from django.utils import timezone
+
+    from everystep.ui import notices
+    from tests.staff import staff_user
+
+    name = wf.checkout.__everystep_workflow__.name
+    run = Workflow.objects.create(name=name, status="failed", args=[1, 100])
+    now = timezone.now()
+    Step.objects.bulk_create(
+        (
+            Step(
+                workflow=run,
+                step_id=str(i),
+                name="tests.testapp.recovery_workflows.ship",
+                status="done",
+                result="x" * 100_000,
+                started_at=now,
+                finished_at=now,
+            )
+            for i in range(1, 301)
+        ),
+        batch_size=50,  # MariaDB: one statement stays under max_allowed_packet
+    )
+    client.force_login(staff_user("fork_workflow"))
+    plain = reverse("everystep:run", args=[run.id])
+    why = notices.sign_fork_reason(str(run.id), "step 1 was recorded as something else")
+    refused = f"{plain}?error=fork-refused&from_step=1&why={why}"
+
+    def peak(url: str) -> int:
+        client.get(url)  # warm: imports, templates
+        tracemalloc.start()
+        try:
+            assert client.get(url).status_code == 200
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    plain_peak, refused_peak = peak(plain), peak(refused)
+    assert refused_peak <= 2 * plain_peak
+    # Loading the steps for a reason would cost their 30 MB once more, at least.
+    assert refused_peak - plain_peak < 5_000_000, (plain_peak, refused_peak)
