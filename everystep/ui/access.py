@@ -66,6 +66,27 @@ def secured(view: View) -> View:
     return with_headers
 
 
+def may_act(user: Any, permission: str) -> bool:
+    """Whether ``user`` may take a write action that needs ``permission``."""
+    return bool(
+        user.is_authenticated
+        and user.is_active
+        and user.is_staff
+        and user.has_perm(VIEW_PERMISSION)
+        and user.has_perm(permission)
+    )
+
+
+def check_act(user: Any, permission: str, what: str) -> None:
+    """``PermissionDenied`` saying what is missing unless ``may_act``; ``what`` names
+    the action."""
+    if not (user.is_authenticated and user.is_active and user.is_staff):
+        raise PermissionDenied(f"{what} needs a staff login")
+    for needed in (VIEW_PERMISSION, permission):
+        if not user.has_perm(needed):
+            raise PermissionDenied(f"{what} needs the {needed} permission")
+
+
 def login_url() -> str:
     """Where an anonymous user is sent: the admin's login, else ``LOGIN_URL``."""
     try:

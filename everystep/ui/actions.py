@@ -1,11 +1,12 @@
 """The UI's write actions on one run: cancel, requeue, settle an uncertain step, send
 an event, fork a finished run; and on a dead runner: requeue every run it holds.
 
-Each needs an authenticated active staff user holding the matching permission
-(``everystep.cancel_workflow``, ``requeue_workflow``, ``resolve_workflow``,
-``send_event``, ``fork_workflow``; a runner's runs: ``requeue_workflow``) — also when
-the read-only pages are public — is a CSRF-protected POST, is logged with the user, and
-leaves an audit entry naming the user (``everystep.store.audit``).
+Each needs an authenticated active staff user holding ``everystep.view_workflow`` and
+the matching permission (``everystep.cancel_workflow``, ``requeue_workflow``,
+``resolve_workflow``, ``send_event``, ``fork_workflow``; a runner's runs:
+``requeue_workflow``) — also when the read-only pages are public — is a CSRF-protected
+POST, is logged with the user, and leaves an audit entry naming the user
+(``everystep.store.audit``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import logging
 from typing import Any, NamedTuple
 from uuid import UUID
 
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.http import urlencode
@@ -30,7 +30,7 @@ from everystep.store.events import send_event
 from everystep.store.runners import get_runner, requeue_runner
 from everystep.store.runs import cancel_run, get_run, requeue_one, resolve_step_from_text
 from everystep.ui import notices
-from everystep.ui.access import secured
+from everystep.ui.access import check_act, may_act, secured
 
 logger = logging.getLogger("everystep.ui")
 
@@ -58,15 +58,9 @@ DONE = {
 }
 
 
-def _is_staff(user: Any) -> bool:
-    return bool(user.is_authenticated and user.is_active and user.is_staff)
-
-
 def allowed_actions(request: HttpRequest, run: Workflow) -> dict[str, bool]:
     """Which actions the run page offers this user for this run."""
     user = request.user
-    if not _is_staff(user):
-        return dict.fromkeys(PERMISSIONS, False)
     applicable = {
         "cancel": run.status not in FINAL_STATUSES,
         "requeue": run.status == Status.RUNNING,
@@ -75,7 +69,7 @@ def allowed_actions(request: HttpRequest, run: Workflow) -> dict[str, bool]:
         # Only a finished run: a live one would race its fork for the same work.
         "fork": run.status in FINAL_STATUSES,
     }
-    return {name: applicable[name] and user.has_perm(perm) for name, perm in PERMISSIONS.items()}
+    return {name: applicable[name] and may_act(user, perm) for name, perm in PERMISSIONS.items()}
 
 
 # csrf_protect: enforced even in a project that left CsrfViewMiddleware out.
@@ -88,10 +82,7 @@ def run_action(request: HttpRequest, run_id: UUID) -> HttpResponse:
     user = request.user
     if action not in PERMISSIONS:
         return _back(run_id, error="unknown-action")
-    if not (user.is_authenticated and user.is_active and user.is_staff):
-        raise PermissionDenied("write actions need a staff login")
-    if not user.has_perm(PERMISSIONS[action]):
-        raise PermissionDenied(f"{action} needs the {PERMISSIONS[action]} permission")
+    check_act(user, PERMISSIONS[action], action)
     if get_run(run_id) is None:
         # Going back to the run's page would only say "not found" after a redirect.
         raise Http404(f"no run with id {run_id}")
@@ -175,7 +166,7 @@ def uncertain_steps(steps: list[Any]) -> list[str]:
 
 def may_requeue_runners(request: HttpRequest) -> bool:
     """Whether the runners page offers this user "requeue this runner's runs"."""
-    return _is_staff(request.user) and request.user.has_perm(PERMISSIONS["requeue"])
+    return may_act(request.user, PERMISSIONS["requeue"])
 
 
 @secured
@@ -185,10 +176,7 @@ def runner_requeue(request: HttpRequest) -> HttpResponse:
     """Requeue every run left ``running`` under the dead runner ``request.POST["runner"]``
     (as ``manage.py everystep_requeue_runner`` does), then go back to the runners page."""
     user = request.user
-    if not _is_staff(user):
-        raise PermissionDenied("write actions need a staff login")
-    if not user.has_perm(PERMISSIONS["requeue"]):
-        raise PermissionDenied(f"requeue needs the {PERMISSIONS['requeue']} permission")
+    check_act(user, PERMISSIONS["requeue"], "requeue")
     name = request.POST.get("runner", "")
     refused = _runner_refusal(name)
     if refused is not None:

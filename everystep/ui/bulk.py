@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
@@ -32,7 +31,7 @@ from everystep.store import bulk
 from everystep.store.audit import Actor
 from everystep.store.reports import COUNT_CAP
 from everystep.ui import filters
-from everystep.ui.access import secured, ui_view
+from everystep.ui.access import check_act, may_act, secured, ui_view
 from everystep.ui.actions import PERMISSIONS
 
 logger = logging.getLogger("everystep.ui")
@@ -54,8 +53,7 @@ COUNT_DIGITS = 12
 
 
 def _may(user: Any, action: str) -> bool:
-    staff = user.is_authenticated and user.is_active and user.is_staff
-    return bool(staff and user.has_perm(PERMISSIONS[action]))
+    return may_act(user, PERMISSIONS[action])
 
 
 def _check(request: HttpRequest) -> str:
@@ -63,8 +61,7 @@ def _check(request: HttpRequest) -> str:
     action = request.GET.get("action", "")
     if action not in VERBS:
         raise Http404("no such bulk action")
-    if not _may(request.user, action):
-        raise PermissionDenied(f"bulk {action} needs a staff login and {PERMISSIONS[action]}")
+    check_act(request.user, PERMISSIONS[action], f"bulk {action}")
     return action
 
 

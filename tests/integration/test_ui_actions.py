@@ -272,3 +272,41 @@ def test_requeue_runner_is_post_only(client, dead):
     assert client.get(REQUEUE, {"runner": "dead"}).status_code == 405
     assert client.put(REQUEUE).status_code == 405
     assert statuses(*dead["held"]) == ["running", "running"]
+
+
+ACTION_PERMISSIONS = {
+    "cancel": "cancel_workflow",
+    "requeue": "requeue_workflow",
+    "resolve": "resolve_workflow",
+    "send": "send_event",
+    "fork": "fork_workflow",
+}
+
+
+@pytest.mark.parametrize("action", sorted(ACTION_PERMISSIONS))
+def test_an_action_needs_the_view_permission_too(client, settings, action):
+    """A user holding an action's permission but not ``view_workflow`` cannot act on runs
+    they cannot see (issue 39): the run's action, the bulk action and a runner's requeue
+    are 403, public UI or not, and change nothing."""
+    settings.EVERYSTEP_UI_PUBLIC = True  # the pages open to all; the actions are not
+    runs = {
+        "cancel": make_run(status=Status.SCHEDULED),
+        "requeue": make_run(status=Status.RUNNING, claimed_by="gone"),
+        "resolve": make_run(status=Status.BLOCKED),
+        "send": make_run(status=Status.SCHEDULED),
+        "fork": make_run(status=Status.FAILED),
+    }
+    before = statuses(*runs.values())
+    client.force_login(staff_user(ACTION_PERMISSIONS[action], name="blind", view=False))
+    form = {"action": action, "step_id": "1", "mode": "discard", "name": "e", "reason": "r"}
+    assert act(client, runs[action], **form).status_code == 403
+    bulk = reverse("everystep:bulk")
+    if action in ("cancel", "requeue", "fork"):
+        query = f"?action={action}&workflow=wf.a"
+        assert client.get(bulk + query).status_code == 403
+        assert client.post(bulk.replace("/bulk/", "/bulk/do/") + query).status_code == 403
+    if action == "requeue":
+        assert client.post(REQUEUE, {"runner": "gone"}).status_code == 403
+    assert statuses(*runs.values()) == before
+    page = client.get(reverse("everystep:run", args=[runs[action].id])).content.decode()
+    assert 'name="action"' not in page  # and the page offers no action button
