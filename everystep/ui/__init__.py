@@ -3,7 +3,7 @@
 Pages that only read (``views``, ``audit``) and actions that write (``actions`` on one run,
 ``bulk`` by filter), each behind its own permission, every write audited:
 
-- ``access``: who may see a page (``ui_view``, the one rule every page follows);
+- ``access``: who may see a page (``ui_view``; ``staff_view`` for the audit trail) and act;
 - ``views``: the runs list, one run's page, the runners page;
 - ``filters``: what the runs list is asked for (filters, search, time window, cursor);
 - ``run_table``: runs as a table shows them, and links to a run;

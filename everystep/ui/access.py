@@ -98,7 +98,16 @@ def login_url() -> str:
 def ui_view(view: View) -> View:
     """Staff with the view permission only, unless ``EVERYSTEP_UI_PUBLIC is True``;
     GET/HEAD only; never cached; sets the CSRF cookie; the security headers."""
+    return _page(view, may_be_public=True)
 
+
+def staff_view(view: View) -> View:
+    """``ui_view``, but never public: a page about people (the audit trail names each
+    operator and their reasons), where public mode is for runs."""
+    return _page(view, may_be_public=False)
+
+
+def _page(view: View, *, may_be_public: bool) -> View:
     def permitted(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if not request.user.has_perm(VIEW_PERMISSION):
             raise PermissionDenied(f"the everystep UI needs the {VIEW_PERMISSION} permission")
@@ -106,7 +115,7 @@ def ui_view(view: View) -> View:
 
     @functools.wraps(view)
     def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if conf.ui_public():
+        if may_be_public and conf.ui_public():
             return view(request, *args, **kwargs)
         checked = staff_member_required(permitted, login_url=login_url())
         return checked(request, *args, **kwargs)

@@ -1,6 +1,7 @@
 """The audit page: every write action operators took from the UI or a command, newest
-first, a page at a time (keyset paging by entry id). Read-only, with the same access
-rule as the runs page (``access.ui_view``)."""
+first, a page at a time (keyset paging by entry id). Read-only, with the runs page's
+access rule but never public (``access.staff_view``): it names operators and their
+reasons, and ``EVERYSTEP_UI_PUBLIC`` opens the pages about runs, not about people."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from django.utils import timezone
 from everystep.models import AuditEntry
 from everystep.safe_text import printable
 from everystep.store import audit
-from everystep.ui.access import ui_view
+from everystep.ui.access import staff_view
 from everystep.ui.run_table import run_hrefs
 from everystep.ui.timeline import time_html
 
@@ -28,7 +29,7 @@ CURSOR_MAX_DIGITS = 18
 VALUE_MAX_LENGTH = 200
 
 
-@ui_view
+@staff_view
 def entries(request: HttpRequest) -> HttpResponse:
     """The audit entries, newest first, ``PAGE_SIZE`` a page; ``?before=ID`` reads the
     page of entries older than entry ``ID``."""

@@ -346,14 +346,22 @@ def test_a_bad_cursor_reads_the_first_page_with_a_notice(client):
     assert reasons(html) == ["reason-1"] and "not a page of the trail" in html
 
 
-def test_the_page_has_the_runs_page_access_rule(client, settings):
-    """Anonymous and non-staff visitors go to the login; the public opt-out opens it."""
+def test_the_page_is_for_staff_even_when_the_ui_is_public(client, settings):
+    """Anonymous and non-staff visitors go to the login, also with the public opt-out:
+    public mode opens the pages about runs, and the trail names people (issue 39)."""
+    audit.record("cancel", OPERATOR, reason="reason-1")
     login = reverse("admin:login") + "?next="
-    assert client.get(AUDIT)["Location"].startswith(login)
+    settings.EVERYSTEP_UI_PUBLIC = True
+    anonymous = Client().get(AUDIT)
+    assert anonymous.status_code == 302 and anonymous["Location"].startswith(login)
+    assert Client().get(reverse("everystep:runs")).status_code == 200  # runs stay public
     client.force_login(User.objects.create_user("plain", password="pw"))
     assert client.get(AUDIT)["Location"].startswith(login)
-    settings.EVERYSTEP_UI_PUBLIC = True
-    assert Client().get(AUDIT).status_code == 200
+    settings.EVERYSTEP_UI_PUBLIC = False
+    assert client.get(AUDIT)["Location"].startswith(login)
+    client.force_login(staff_user(name="auditor"))
+    html = client.get(AUDIT).content.decode()
+    assert reasons(html) == ["reason-1"]
 
 
 def test_the_admin_lists_entries_read_only(client):
