@@ -18,14 +18,15 @@ workflows, so they are started by ``serve_worker`` rather than ``manage.py``):
   publish would cost if it notified in its own transaction, which batching avoids). Per
   phase: plain runs/s (first claim to last completion, from the rows), claim -> completed
   p50/p99, and writes/s over the plain runs' span (the keys' write counts);
-- **alone**: one step publishing ``--count`` times (publishes/s from the step's own
-  clock), without and with a ``watch`` in this process; then ``--parallel`` such runs at
-  once (total publishes/s over first claim to last completion), in each mode, and the
-  ``publish`` mode again with one ``awatch`` per run.
+- **alone** (each of ``--repeat`` rounds): one step publishing ``--count`` times
+  (publishes/s from the step's own clock), without and with a ``watch`` in this process;
+  then ``--parallel`` such runs at once (total publishes/s over first claim to last
+  completion), in each mode, and the ``publish`` mode again with one ``awatch`` per run
+  (this process's CPU in the phase is then the watchers').
 
 On PostgreSQL a LISTEN connection of this process counts the NOTIFYs on
 ``everystep_published`` in each phase, beside the writes: the batching. Prints a report
-and appends one line (``"kind": "progress"``) to ``bench/results/progress.jsonl``.
+and appends one line (every phase, and medians per kind) (``"kind": "progress"``) to ``bench/results/progress.jsonl``.
 """
 
 from __future__ import annotations
@@ -203,6 +204,20 @@ def plain_figures(since: Any) -> dict[str, Any]:
     }
 
 
+def tidy(db: str) -> None:
+    """Empty the run tables and the published values (vacuumed on PostgreSQL: a phase's
+    many writes to a few rows leave dead versions the next one would walk)."""
+    from django.db import connection
+
+    from everystep.models import Published
+
+    Published.objects.all().delete()
+    runs.tidy_tables(db)
+    if db == "postgres":
+        with connection.cursor() as cursor:
+            cursor.execute(f"VACUUM ANALYZE {Published._meta.db_table}")
+
+
 def unfinished(name: str) -> int:
     from everystep.models import Workflow
 
@@ -244,15 +259,7 @@ def schedule_publishers(count: int, publishes: int, how: str) -> list[Any]:
 
 def plain_phase(args: Any, plain: Any, publishers: list[Any], how: str | None, counter: Any):
     """``args.runs`` plain runs, alone (``how`` None) or beside publishing runs."""
-    from django.db import connection
-
-    from everystep.models import Published
-
-    Published.objects.all().delete()
-    runs.tidy_tables(args.db)
-    if args.db == "postgres":
-        with connection.cursor() as cursor:
-            cursor.execute(f"VACUUM ANALYZE {Published._meta.db_table}")
+    tidy(args.db)
     quiet = wait_quiet(args.wait_quiet)
     slots = len(publishers) * args.publish_pool
     fleet = [plain, *publishers]
@@ -347,11 +354,13 @@ def publish_phase(
     from django.db.models import Max, Min
 
     from everystep import serde
-    from everystep.models import Published, Workflow
+    from everystep.models import Workflow
 
-    runs.clear_runs()
-    Published.objects.all().delete()
+    tidy(args.db)
     quiet = wait_quiet(args.wait_quiet)
+    meter = CpuMeter(args.db, [worker.pid for worker in fleet])
+    meter.begin_workers()
+    meter.begin()
     notifies = counter.now()
     scheduled = schedule_publishers(parallel, args.count, how)
     seen: list[dict[str, Any]] = []
@@ -364,6 +373,7 @@ def publish_phase(
     wait(lambda: unfinished(PUBLISHER) == 0, "the publishing runs", fleet)
     if follower is not None:
         follower.join(BOUND)
+    cpu = meter.end()  # the bench's share is the watchers'
     notifies = (counter.now(settle=0.3) or 0) - (notifies or 0)
     done = Workflow.objects.filter(id__in=ids, status="completed")
     span = done.aggregate(first=Min("started_at"), last=Max("completed_at"))
@@ -382,6 +392,7 @@ def publish_phase(
         "notifies": notifies if counter.count is not None else None,
         "watch_yields": len(seen),
         "watch_final_values": finals,
+        "cpu": cpu,
         "quiet": quiet,
     }
 
@@ -392,10 +403,11 @@ def alone(args: Any, current: Session, counter: NotifyCounter) -> list[dict[str,
     plan += [(how, args.parallel, "none") for how in args.modes]
     plan += [("publish", args.parallel, "awatch")]
     phases = []
-    for how, parallel, watcher in plan:
-        phase = publish_phase(args, fleet, counter, how, parallel, watcher)
-        phases.append(phase)
-        print(f"  {brief_alone(phase)}", flush=True)
+    for number in range(args.repeat):
+        for how, parallel, watcher in plan:
+            phase = publish_phase(args, fleet, counter, how, parallel, watcher)
+            phases.append({"round": number + 1, **phase})
+            print(f"  round {number + 1}: {brief_alone(phase)}", flush=True)
     fleet[0].terminate()
     return phases
 
@@ -412,12 +424,17 @@ def brief_alone(p: dict[str, Any]) -> str:
 # -- report ----------------------------------------------------------------------------------
 
 
-def summary(phases: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Medians over the rounds, per kind of neighbour."""
+BESIDE_KEYS = ("runs_per_s", "p50_ms", "p99_ms", "writes_per_s", "notifies")
+ALONE_KEYS = ("per_step_per_s", "total_per_s", "writes", "notifies", "watch_yields")
+
+
+def summary(
+    phases: list[dict[str, Any]], kind: Callable[[dict[str, Any]], str], keys: tuple[str, ...]
+) -> dict[str, dict[str, float]]:
+    """Medians over the rounds, per ``kind`` of phase."""
     kinds: dict[str, list[dict[str, Any]]] = {}
     for phase in phases:
-        kinds.setdefault(phase["beside"], []).append(phase)
-    keys = ("runs_per_s", "p50_ms", "p99_ms", "writes_per_s", "notifies")
+        kinds.setdefault(kind(phase), []).append(phase)
     return {
         kind: {
             key: statistics.median(p[key] for p in group)
@@ -428,6 +445,14 @@ def summary(phases: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     }
 
 
+def beside_kind(phase: dict[str, Any]) -> str:
+    return str(phase["beside"])
+
+
+def alone_kind(phase: dict[str, Any]) -> str:
+    return f"{phase['mode']} x{phase['runs']}, watcher {phase['watcher']}"
+
+
 def benchmark(args: argparse.Namespace) -> Callable[[Session], dict[str, Any]]:
     def measure(current: Session) -> dict[str, Any]:
         workflows()
@@ -436,9 +461,10 @@ def benchmark(args: argparse.Namespace) -> Callable[[Session], dict[str, Any]]:
             parts: dict[str, Any] = {}
             if "beside" in args.only:
                 parts["beside"] = beside(args, current, counter)
-                parts["beside_median"] = summary(parts["beside"])
+                parts["beside_median"] = summary(parts["beside"], beside_kind, BESIDE_KEYS)
             if "alone" in args.only:
                 parts["alone"] = alone(args, current, counter)
+                parts["alone_median"] = summary(parts["alone"], alone_kind, ALONE_KEYS)
             return parts
         finally:
             counter.close()
@@ -463,10 +489,17 @@ def report(record: dict[str, Any]) -> None:
                 f"  {kind:<14}{m['runs_per_s']:>9.1f}{m['p50_ms']:>9.1f}{m['p99_ms']:>9.1f}"
                 f"{m['writes_per_s']:>10.0f}{m.get('notifies', '-'):>9}"
             )
-    if "alone" in record:
-        print(f"steps writing a key {a['count']} times, one worker --pool {a['parallel']}")
-        for phase in record["alone"]:
-            print(f"  {brief_alone(phase)}")
+    if "alone_median" in record:
+        print(
+            f"steps writing a key {a['count']} times, one worker --pool {a['parallel']}; "
+            f"medians of {a['repeat']} rounds"
+        )
+        print(f"  {'':<30}{'/s per step':>12}{'/s in all':>10}{'NOTIFYs':>9}{'yields':>8}")
+        for kind, m in record["alone_median"].items():
+            print(
+                f"  {kind:<30}{m['per_step_per_s']:>12.0f}{m['total_per_s']:>10.0f}"
+                f"{m.get('notifies', '-'):>9}{m['watch_yields']:>8g}"
+            )
     print_problems(record)
 
 
@@ -481,7 +514,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--runs", type=int, default=1000, help="plain runs per phase (1000)")
     add("--pool", type=int, default=8, help="the plain worker's --pool (8)")
     add("--poll", type=float, default=0.05, help="every worker's --poll (0.05)")
-    add("--repeat", type=int, default=3, help="rounds of the beside phases (3)")
+    add("--repeat", type=int, default=3, help="rounds of the phases (3)")
     add("--publish-workers", type=int, default=2, help="workers of publishing runs (2)")
     add("--publish-pool", type=int, default=4, help="their --pool (4)")
     add("--publishes", type=int, default=1000, help="writes per publishing run, beside (1000)")
