@@ -17,7 +17,8 @@ workflows, so they are started by ``serve_worker`` rather than ``manage.py``):
   and ``notify-each`` (PostgreSQL: the upsert and a NOTIFY in one transaction, what a
   publish would cost if it notified in its own transaction, which batching avoids). Per
   phase: plain runs/s (first claim to last completion, from the rows), claim -> completed
-  p50/p99, and writes/s over the plain runs' span (the keys' write counts);
+  p50/p99, and writes/s from scheduling the plain runs to their end (the keys' write
+  counts);
 - **alone** (each of ``--repeat`` rounds): one step publishing ``--count`` times
   (publishes/s from the step's own clock), without and with a ``watch`` in this process;
   then ``--parallel`` such runs at once (total publishes/s over first claim to last
@@ -26,7 +27,8 @@ workflows, so they are started by ``serve_worker`` rather than ``manage.py``):
 
 On PostgreSQL a LISTEN connection of this process counts the NOTIFYs on
 ``everystep_published`` in each phase, beside the writes: the batching. Prints a report
-and appends one line (every phase, and medians per kind) (``"kind": "progress"``) to ``bench/results/progress.jsonl``.
+and appends one line (``"kind": "progress"``: every phase, and medians per kind) to
+``bench/results/progress.jsonl``.
 """
 
 from __future__ import annotations
