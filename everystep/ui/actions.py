@@ -11,7 +11,6 @@ POST, is logged with the user, and leaves an audit entry naming the user
 
 from __future__ import annotations
 
-import logging
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -29,10 +28,8 @@ from everystep.store.audit import Actor
 from everystep.store.events import send_event
 from everystep.store.runners import get_runner, requeue_runner
 from everystep.store.runs import cancel_run, get_run, requeue_one, resolve_step_from_text
-from everystep.ui import notices
+from everystep.ui import log, notices
 from everystep.ui.access import check_act, may_act, secured
-
-logger = logging.getLogger("everystep.ui")
 
 BACK_MAX_LENGTH = 500
 # Runner names are stored in 255 characters (``Runner.name``, ``Workflow.claimed_by``).
@@ -94,7 +91,7 @@ def run_action(request: HttpRequest, run_id: UUID) -> HttpResponse:
         # working it out again on the GET would run the workflow's body there.
         why = {"why": notices.sign_fork_reason(str(run_id), str(exc))}
         return _back(run_id, error=key, **(why if key == "fork-refused" else {}))
-    logger.info(
+    log.info(
         "run %s: %s by %s%s",
         run_id,
         action,
@@ -182,7 +179,7 @@ def runner_requeue(request: HttpRequest) -> HttpResponse:
     if refused is not None:
         return _back_to_runners(error=refused)
     requeued = requeue_runner(name, actor=Actor.user(user))
-    logger.info(
+    log.info(
         "runner %s: requeue of its %d run(s) by %s: %s",
         name,
         len(requeued),

@@ -17,7 +17,6 @@ never widened.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
@@ -30,11 +29,9 @@ from everystep.errors import EverystepError
 from everystep.store import bulk
 from everystep.store.audit import Actor
 from everystep.store.reports import COUNT_CAP
-from everystep.ui import filters
+from everystep.ui import filters, log
 from everystep.ui.access import check_act, may_act, secured, ui_view
 from everystep.ui.actions import PERMISSIONS
-
-logger = logging.getLogger("everystep.ui")
 
 # The action's verb, as a button says it and as the notice after it says it.
 VERBS = {
@@ -174,7 +171,7 @@ def perform(request: HttpRequest) -> HttpResponse:
         return HttpResponseRedirect(_link("everystep:bulk", action, asked.query))
     actor = Actor.user(request.user)
     done, refused = _take(action, run_filter, actor)
-    logger.info(
+    log.info(
         "bulk %s by %s (filter %s): %d run(s)",
         action,
         actor.name,

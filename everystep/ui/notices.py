@@ -16,7 +16,6 @@ still make the UI say only what it said itself.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from django.core import signing
@@ -27,8 +26,7 @@ from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
 from everystep.store.reports import run_steps
 from everystep.store.runs import RESOLVE_MODES, get_run
-
-logger = logging.getLogger("everystep.ui")
+from everystep.ui import log
 
 # The run page's notice after a refused action: ``error=<key>``.
 REFUSED = {
@@ -79,7 +77,7 @@ _TEXT_FIELDS = ("reason", "name", "step_id", "from_step", "mode")
 def refusal(action: str, run_id: str, form: Any, exc: EverystepError) -> str:
     """The key of ``REFUSED`` that says why ``action`` on the run was refused; the
     store's message ``exc`` is logged."""
-    logger.info(
+    log.info(
         "run %s: %s refused: %s",
         run_id,
         action,

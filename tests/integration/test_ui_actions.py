@@ -310,3 +310,32 @@ def test_an_action_needs_the_view_permission_too(client, settings, action):
     assert statuses(*runs.values()) == before
     page = client.get(reverse("everystep:run", args=[runs[action].id])).content.decode()
     assert 'name="action"' not in page  # and the page offers no action button
+
+
+def test_the_ui_log_records_are_safe_under_any_formatter(client, caplog):
+    """A username, a reason and an event name holding a newline, an escape code and a
+    bidi override reach the records of ``everystep.ui`` escaped (issue 39, 41): a
+    project's own formatter, which prints a record as it is, cannot be made to forge a
+    line or recolour a terminal."""
+    forged = "ev\n2026-01-01 INFO forged line \x1b[31mred\u202e"
+    run = schedule(wf.sequential, 1, 1)
+    user = staff_user("cancel_workflow", "send_event", "requeue_workflow", name=forged[:150])
+    client.force_login(user)
+    with caplog.at_level(logging.INFO, logger="everystep.ui"):
+        act(client, run, action="send", name="x\ny\x1b", payload="", reason=forged)
+        act(client, run, action="requeue", reason=forged)  # refused: not running
+        client.post(
+            reverse("everystep:bulk").replace("/bulk/", "/bulk/do/")
+            + "?action=cancel&workflow="
+            + forged[:20]
+        )
+        act(client, run, action="cancel", reason=forged)
+    plain = logging.Formatter("%(levelname)s %(message)s %(user)s")
+    records = [record for record in caplog.records if record.name == "everystep.ui"]
+    assert len(records) >= 3
+    for record in records:
+        text = record.getMessage() + " ".join(str(value) for value in vars(record).values())
+        line = plain.format(record) if hasattr(record, "user") else record.getMessage()
+        for bad in ("\n", "\x1b", "\u202e"):
+            assert bad not in line and bad not in record.getMessage(), (bad, line)
+        assert "\x1b" not in text
