@@ -208,22 +208,32 @@ def exposition() -> tuple[bytes, str]:
     return prometheus_client.generate_latest(), prometheus_client.CONTENT_TYPE_LATEST
 
 
+def _may_read(user: Any) -> bool:
+    return bool(
+        user is not None
+        and user.is_active
+        and user.is_staff
+        and user.has_perm("everystep.view_workflow")
+    )
+
+
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """A Django view serving the metrics, for a host project to mount in its urls. Who
-    it answers is ``EVERYSTEP_METRICS_VIEW``: by default a logged-in user holding
-    ``everystep.view_workflow`` (the metrics tell how busy the workers are and name the
-    workflows and steps), else 403; "public" answers anyone, "off" answers 404."""
+    it answers is ``EVERYSTEP_METRICS_VIEW``: by default whom the UI's pages answer, an
+    active staff user holding ``everystep.view_workflow`` (the metrics tell how busy the
+    workers are and name the workflows and steps), else 403; "public" answers anyone,
+    "off" answers 404."""
     from everystep import conf
 
     mode = conf.metrics_view_mode()
     if mode == "off":
         raise Http404("metrics are off here (EVERYSTEP_METRICS_VIEW = 'off')")
     user = getattr(request, "user", None)  # None without AuthenticationMiddleware
-    if mode == "permission" and not (user and user.has_perm("everystep.view_workflow")):
+    if mode == "permission" and not _may_read(user):
         return HttpResponseForbidden(
-            "403 Forbidden: the metrics need a login with the everystep.view_workflow "
-            "permission (or EVERYSTEP_METRICS_VIEW = 'public'; scrape the workers' own "
-            "port instead)\n",
+            "403 Forbidden: the metrics need a staff login with the everystep.view_workflow "
+            "permission, as the UI's pages do (or EVERYSTEP_METRICS_VIEW = 'public'; scrape "
+            "the workers' own port instead)\n",
             content_type="text/plain; charset=utf-8",
         )
     if prometheus_client is None:

@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
 from django.http import Http404
 from django.test import RequestFactory
@@ -77,8 +77,14 @@ def _metrics(user: Any) -> Any:
 
 
 def test_metrics_view_needs_the_view_permission_by_default():
+    """By default the metrics answer whom the UI's pages answer: an active staff user
+    with the view permission; not a user holding it without staff (issue 41)."""
     assert _metrics(AnonymousUser()).status_code == 403
     assert _metrics(staff_user(name="blind", view=False)).status_code == 403
+    outsider = staff_user(name="outsider")
+    outsider.is_staff = False
+    outsider.save()
+    assert _metrics(User.objects.get(pk=outsider.pk)).status_code == 403
     allowed = _metrics(staff_user(name="viewer"))
     assert allowed.status_code == 200 and b"everystep_" in allowed.content
 
