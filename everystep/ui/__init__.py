@@ -11,6 +11,7 @@ Pages that only read (``views``, ``audit``) and actions that write (``actions`` 
 - ``graph``: a run's parallel/sequence structure, rebuilt from its step ids;
 - ``timeline``: where each step's bar sits, and times as human text;
 - ``family``: a run's parent, children and forks, for its page;
+- ``progress``: the values runs publish, on a run's page and as the runs list's ``?show=`` column;
 - ``actions``: cancel, requeue, resolve a step, send an event, fork; requeue a dead runner's runs;
 - ``bulk``: the same by filter, with a confirm page;
 - ``notices``: what a page says after an action, named by a key in its URL;

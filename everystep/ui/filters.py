@@ -1,5 +1,6 @@
 """What the runs page is asked for: filters (the parent run among them), the search box,
-the time window and the paging cursor, read from the query string once.
+the time window, the paging cursor and the published key shown as a column, read from
+the query string once.
 
 Anything can be in a URL: what cannot be used becomes a notice on the page, never an
 error page. A filter no database could store (a NUL, a lone surrogate) matches no run.
@@ -19,6 +20,7 @@ from everystep import safe_text
 from everystep.errors import EverystepError
 from everystep.models import Status
 from everystep.times import parse_moment
+from everystep.ui import progress
 
 FILTER_MAX_LENGTH = 255
 # Text from the query string echoed in a notice is cut to this many characters.
@@ -42,6 +44,8 @@ class RunsQuery:
     search: str | None = None
     older_than: UUID | None = None
     newer_than: UUID | None = None
+    # A published key shown as a column (``?show=stage``): not a filter.
+    show: str | None = None
     # The text of each field as the form shows it again.
     shown: dict[str, str] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
@@ -91,6 +95,7 @@ def read(request: HttpRequest, *, refresh: bool) -> RunsQuery:
     found.created_before = _moment(request, "created_before", found)
     found.older_than = _cursor(request, "older", found)
     found.newer_than = _cursor(request, "newer", found) if found.older_than is None else None
+    found.show = _show(request, found)
     if refresh:
         found.query["refresh"] = "1"
     return found
@@ -134,6 +139,22 @@ def _text(request: HttpRequest, param: str, what: str, found: RunsQuery) -> str 
         found.query[param] = value
         found.shown[param] = value
     return value or None
+
+
+def _show(request: HttpRequest, found: RunsQuery) -> str | None:
+    """The published key to show as a column; a key ``publish`` would refuse shows no
+    column and says why."""
+    key = request.GET.get("show", "").strip()
+    if not key:
+        return None
+    problem = progress.key_problem(key)
+    if problem is not None:
+        shown = clipped(safe_text.printable(key))
+        found.notices.append(f"No column for {shown!r}: {problem}.")
+        found.shown["show"] = shown
+        return None
+    found.query["show"] = found.shown["show"] = key
+    return key
 
 
 def _moment(request: HttpRequest, param: str, found: RunsQuery) -> datetime | None:

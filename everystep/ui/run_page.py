@@ -123,7 +123,7 @@ def steps_context(
         "page": page,
         "graph": shown,
         "graph_collapsed": shown != graph,
-        "graph_all_href": _href(request, graph="all") + "#graph",
+        "graph_all_href": page_href(request, graph="all") + "#graph",
         "timeline": timeline,
         "timeline_span": format_duration(timeline.span),
         "timeline_cut": len(rows) > TIMELINE_MAX,
@@ -208,10 +208,14 @@ def _page(request: HttpRequest, total: int) -> tuple[StepPage, str]:
     first = 1 if everything else (number - 1) * STEPS_PER_PAGE + 1
     last = total if everything else min(number * STEPS_PER_PAGE, total)
     links = {
-        "previous": _href(request, steps=str(number - 1)) if number > 1 and not everything else "",
-        "next": _href(request, steps=str(number + 1)) if number < count and not everything else "",
-        "all": "" if everything or count == 1 else _href(request, steps="all"),
-        "paged": _href(request, steps="1") if everything else "",
+        "previous": page_href(request, steps=str(number - 1))
+        if number > 1 and not everything
+        else "",
+        "next": page_href(request, steps=str(number + 1))
+        if number < count and not everything
+        else "",
+        "all": "" if everything or count == 1 else page_href(request, steps="all"),
+        "paged": page_href(request, steps="1") if everything else "",
     }
     page = StepPage(number, count, everything, total, min(first, total), last, links)
     return page, notice
@@ -219,7 +223,7 @@ def _page(request: HttpRequest, total: int) -> tuple[StepPage, str]:
 
 def _linked(request: HttpRequest, outlines: list[StepOutline], page: StepPage) -> list[LinkedStep]:
     # One query string per page of the table, not per step: thousands of steps share them.
-    pages = {n: _href(request, steps=str(n)) for n in range(1, page.count + 1)}
+    pages = {n: page_href(request, steps=str(n)) for n in range(1, page.count + 1)}
     pages[page.number] = ""
     # The page a step is on follows the table's order, not the outlines' (start) order.
     position = {step.step_id: at for at, step in enumerate(_table_order(outlines))}
@@ -230,7 +234,7 @@ def _linked(request: HttpRequest, outlines: list[StepOutline], page: StepPage) -
     return linked
 
 
-def _href(request: HttpRequest, **changes: str) -> str:
+def page_href(request: HttpRequest, **changes: str) -> str:
     """This page's query string with ``changes``, keeping only the parameters the run
     page reads (anything else in the URL is not carried into every link)."""
     query = QueryDict(mutable=True)

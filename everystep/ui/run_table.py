@@ -31,10 +31,14 @@ def run_hrefs() -> Callable[[object], str]:
     return lambda run_id: f"{head}{run_id}{tail}"
 
 
-def run_rows(runs: Iterable[Workflow]) -> list[dict[str, Any]]:
-    """One row of ``_runs_table.html`` per run: the run, its link, times and wait."""
+def run_rows(
+    runs: Iterable[Workflow], column: dict[UUID, str] | None = None
+) -> list[dict[str, Any]]:
+    """One row of ``_runs_table.html`` per run: the run, its link, times and wait; and
+    with ``column`` (run id → cell text), its cell of the extra column (``?show=``)."""
     now, zone = timezone.now(), timezone.get_current_timezone()
     href = run_hrefs()
+    cells = column or {}
     return [
         {
             "run": run,
@@ -44,6 +48,7 @@ def run_rows(runs: Iterable[Workflow]) -> list[dict[str, Any]]:
             "completed": time_html(run.completed_at, zone),
             "duration": format_duration(span(run.started_at, run.completed_at)),
             "wait": run_wait(run, now),
+            "shown": cells.get(run.id, ""),
         }
         for run in runs
     ]

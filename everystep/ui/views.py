@@ -26,7 +26,7 @@ from everystep.models import Status, Workflow
 from everystep.store.reports import COUNT_CAP, ID_PREFIX_MIN, list_runs, run_wait, status_counts
 from everystep.store.runners import held_runs, list_runners
 from everystep.store.runs import get_run
-from everystep.ui import actions, bulk, filters, run_page
+from everystep.ui import actions, bulk, filters, progress, run_page
 from everystep.ui.access import ui_view
 from everystep.ui.family import family_context
 from everystep.ui.filters import clipped as _clipped
@@ -83,6 +83,8 @@ def runs(request: HttpRequest) -> HttpResponse:
         else dict.fromkeys(Status.values, 0)
     )
     page = _page(found, asked)
+    # The ``?show=`` column: one read for the page's runs, whatever their number.
+    column = progress.column(page.runs, asked.show) if asked.show and page.runs else None
     if asked.search is not None and not found:
         asked.notices.append(_no_match(asked.search))
     context = {
@@ -101,7 +103,8 @@ def runs(request: HttpRequest) -> HttpResponse:
         "shown": asked.shown,
         "q": asked.shown.get("q", ""),
         "time_zone": timezone.get_current_timezone_name(),
-        "rows": run_rows(page.runs),
+        "rows": run_rows(page.runs, column),
+        "show": asked.show,
         "parent": _parent_filter(asked),
         "page": page,
         "limit": RUNS_LIMIT,
@@ -183,8 +186,8 @@ def _no_match(search: str) -> str:
 
 @ui_view
 def run(request: HttpRequest, run_id: UUID) -> HttpResponse:
-    """One run: arguments, outcome, parent and children, steps, their fork/sequence graph
-    and timeline."""
+    """One run: arguments, the values it published, outcome, parent and children, steps,
+    their fork/sequence graph and timeline."""
     found = get_run(run_id)
     if found is None:
         raise Http404(f"no run with id {run_id}")
@@ -194,10 +197,15 @@ def run(request: HttpRequest, run_id: UUID) -> HttpResponse:
     family = family_context(found, steps.pop("started_children"))
     # ``error`` and ``done`` come from an action's redirect: keys, never text.
     notices = run_notices(request.GET, actions.DONE, found)
+    refresh = _refresh(request)
+    # Kept up to date by the page's auto-refresh; one link turns it on.
+    shown = progress.run_context(
+        found, _pretty, None if refresh else run_page.page_href(request, refresh="1") + "#published"
+    )
     context = {
         "nav": "runs",
         "notices": notices + steps.pop("step_notices"),
-        "refresh_seconds": _refresh(request),
+        "refresh_seconds": refresh,
         "run": found,
         "wait": run_wait(found),
         "can": actions.allowed_actions(request, found),
@@ -209,6 +217,7 @@ def run(request: HttpRequest, run_id: UUID) -> HttpResponse:
         "error": _headline(found.error),
         **family,
         **steps,
+        **shown,
     }
     return render(request, "everystep/run.html", context)
 
