@@ -1,5 +1,5 @@
-"""``manage.py everystep_show RUN_ID``: one run, its outcome, its parent and children,
-and its steps."""
+"""``manage.py everystep_show RUN_ID``: one run, its outcome, the values it published,
+its parent and children, and its steps."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from everystep import safe_text
+from everystep import safe_text, serde
 from everystep.engine.task_runs import split_call
 from everystep.failure_detail import stopped_at
 from everystep.management.arguments import RUN_ID_HELP, checked_run_id, wait_json, wait_text
 from everystep.management.commands._base import EverystepCommand
 from everystep.models import Status, Step, Workflow
+from everystep.store import published
 from everystep.store.lineage import Lineage, run_lineage
 from everystep.store.reports import Family, run_family, run_steps, run_wait
 from everystep.store.runs import get_run
@@ -35,7 +36,8 @@ class Command(EverystepCommand):
     help = (
         "Show one run: arguments, status (and what it waits for, if it is not due yet), "
         "result or error (with its traceback), where a blocked or stopped run stopped, "
-        "timestamps, runner, the run that started it (its parent) and the runs it started "
+        "timestamps, runner, the values it published (everystep.publish), the run that "
+        "started it (its parent) and the runs it started "
         f"(its children: how many, and the first {CHILDREN_SHOWN}), the run it was forked "
         f"from and its forks (the first {FORKS_SHOWN}), and its steps in the order they "
         "started (a settled step: who settled it and when), then the tracebacks of its "
@@ -56,12 +58,22 @@ class Command(EverystepCommand):
         # Counted exactly: one run's children, counted once, for a human who asked.
         family = run_family(run, CHILDREN_SHOWN, cap=None)
         lineage = run_lineage(run, FORKS_SHOWN)
+        values = published.snapshot(run.id) or {}
         if options["json"]:
-            self.stdout.write(json.dumps(run_detail(run, steps, family, lineage), indent=2))
+            detail = run_detail(run, steps, family, lineage)
+            detail["published"] = {key: _stored(value) for key, value in sorted(values.items())}
+            self.stdout.write(json.dumps(detail, indent=2))
         else:
-            self._text(run, steps, family, lineage)
+            self._text(run, steps, family, lineage, values)
 
-    def _text(self, run: Workflow, steps: list[Step], family: Family, lineage: Lineage) -> None:
+    def _text(
+        self,
+        run: Workflow,
+        steps: list[Step],
+        family: Family,
+        lineage: Lineage,
+        values: dict[str, Any],
+    ) -> None:
         wait = run_wait(run)
         where = _stopped_at(run, steps)
         fields = [
@@ -86,6 +98,7 @@ class Command(EverystepCommand):
             self.say(f"{label:<13} {value}")
             if label == "error":
                 self._traceback(run.error, " " * 14)
+        self._published(values)
         if family.child_count:
             self._children(run, family)
         if lineage.forks:
@@ -96,6 +109,16 @@ class Command(EverystepCommand):
             if _traceback(step.error):
                 self.say(f"traceback of step {step.step_id}:")
                 self._traceback(step.error, "    ")
+
+    def _published(self, values: dict[str, Any]) -> None:
+        """One ``key: value`` line per published key (the value as one line of JSON,
+        cut as the run's own values are); nothing for a run that published none."""
+        if not values:
+            return
+        self.say("published:")
+        for key, value in sorted(values.items()):
+            text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+            self.say(f"  {safe_text.escape_controls(key)}: {_cut(safe_text.escape_controls(text))}")
 
     def _traceback(self, error: Any, indent: str) -> None:
         """The traceback stored with ``error``, each line behind ``indent``."""
@@ -159,6 +182,12 @@ def run_detail(
         "stopped_at": _stopped_at(run, steps),
         "steps": [_step_detail(step) for step in steps],
     }
+
+
+def _stored(value: Any) -> Any:
+    """A published value (as the store gives it, decoded) in its stored form, as
+    ``result`` and ``args`` are in --json."""
+    return serde.encode(value)
 
 
 def _task_fields(run: Workflow) -> list[tuple[str, str]]:
