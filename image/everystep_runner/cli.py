@@ -33,6 +33,7 @@ from everystep_runner.settings import (
     describe,
     fallback,
     load,
+    probe_address,
     worker_flags,
     worker_options,
 )
@@ -178,11 +179,14 @@ def _config(settings: RunnerSettings) -> int:
 
 
 def _healthcheck(settings: RunnerSettings) -> int:
-    """Healthy if the worker's liveness endpoint or the UI answers 200."""
+    """Healthy if the probe port (the worker's, or the ui role's own listener) or the UI
+    answers 200."""
     ui_port = settings.ui_bind.rsplit(":", 1)[-1]
     urls = [f"http://127.0.0.1:{ui_port}/healthz"]
-    if metrics_port := worker_options(settings).get("metrics_port"):
-        urls.insert(0, f"http://127.0.0.1:{metrics_port}/healthz")
+    if address := probe_address(settings):
+        host = "127.0.0.1" if address[0] in ("0.0.0.0", "", "::") else address[0]
+        host = f"[{host}]" if ":" in host else host
+        urls.insert(0, f"http://{host}:{address[1]}/healthz")
     for url in urls:
         try:
             with urllib.request.urlopen(url, timeout=5) as response:

@@ -89,19 +89,32 @@ def _apply_overrides(settings: RunnerSettings) -> None:
         django_settings.EVERYSTEP_LISTEN_DATABASE = LISTEN_ALIAS
 
 
-def configure_logging(settings: RunnerSettings) -> None:
-    """everystep's own records to stdout in the chosen format and level; the project's
-    LOGGING keeps everything else."""
+def formatter(settings: RunnerSettings) -> logging.Formatter:
+    """The runner's log format: ``log_format`` as a formatter."""
     from everystep.logs import JsonFormatter, TextFormatter
 
+    # TextFormatter escapes line breaks and control characters in every record: a
+    # workflow name or a message cannot write a line that passes for another record.
+    return JsonFormatter() if settings.log_format == "json" else TextFormatter()
+
+
+def configure_logging(settings: RunnerSettings) -> None:
+    """everystep's own records to stdout in the runner's format and level, whatever the
+    project's LOGGING says about the ``everystep`` loggers; it keeps everything else.
+    Call it after ``django.setup()``, which applies that LOGGING."""
     handler = logging.StreamHandler(sys.stdout)
-    if settings.log_format == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        # Escapes line breaks and control characters in every record: a workflow name or
-        # a message cannot write a line that passes for another record.
-        handler.setFormatter(TextFormatter())
+    handler.setFormatter(formatter(settings))
     logger = logging.getLogger("everystep")
     logger.handlers[:] = [handler]
     logger.setLevel(settings.log_level)
     logger.propagate = False
+    logger.disabled = False
+    # A LOGGING that names a child (everystep.worker) would print its records a second
+    # time, in its own format; disable_existing_loggers would have silenced the children
+    # imported before it was applied. They all answer to the one logger above.
+    for name, child in list(logging.root.manager.loggerDict.items()):
+        if name.startswith("everystep.") and isinstance(child, logging.Logger):
+            child.handlers.clear()
+            child.setLevel(logging.NOTSET)
+            child.propagate = True
+            child.disabled = False

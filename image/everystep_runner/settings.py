@@ -305,6 +305,17 @@ def worker_options(settings: RunnerSettings) -> dict[str, Any]:
     return {name: value for name, value in given.items() if value is not None}
 
 
+def probe_address(settings: RunnerSettings) -> tuple[str, int] | None:
+    """Where the runner's probes listen, in the worker and the ui role alike:
+    ``metrics_bind`` (else its default) and ``metrics_port``; None when that port is off.
+    Neither option has a Django setting, so the runner's value is the one in effect."""
+    given = worker_options(settings)
+    if not given.get("metrics_port"):
+        return None
+    bind = given.get("metrics_bind", BY_KEY["metrics_bind"].default)
+    return str(bind), int(given["metrics_port"])
+
+
 def worker_flags(settings: RunnerSettings) -> list[str]:
     """The given worker options as flags, which the runner and everystep_worker spell alike."""
     flags: list[str] = []
