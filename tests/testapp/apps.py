@@ -12,5 +12,6 @@ class TestappConfig(AppConfig):
             async_workflows,  # noqa: F401  (async def bodies and steps)
             chaos,  # noqa: F401  (registers the chaos workflows)
             composition,  # noqa: F401  (child runs, result and gather)
+            progress_workflows,  # noqa: F401  (publish, for a worker subprocess)
             versioned,  # noqa: F401  (workflows in several versions)
         )
