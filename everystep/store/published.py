@@ -85,15 +85,33 @@ def states(runs: Collection[uuid.UUID]) -> dict[uuid.UUID, State]:
 
 
 @guarded
-def snapshots(runs: Collection[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
-    """``run id → {key: value}`` (decoded) of the runs that exist; a fork with no value
-    of its own has its origin's."""
+def snapshots(
+    runs: Collection[uuid.UUID], *, decode: bool = True
+) -> dict[uuid.UUID, dict[str, Any]]:
+    """``run id → {key: value}`` of the runs that exist; a fork with no value of its own
+    has its origin's. ``decode=False``: the values in their stored form (a page shows
+    them so, and imports nothing a stored value names)."""
     ids = list(runs)
     origins: dict[uuid.UUID, uuid.UUID | None] = {}
     for start in range(0, len(ids), _CHUNK):
         chunk = ids[start : start + _CHUNK]
         origins.update(Workflow.objects.filter(id__in=chunk).values_list("id", "forked_from_id"))
-    values = _values(list(origins))
+    return _with_origins(origins, decode)
+
+
+@guarded
+def snapshot(run: uuid.UUID | Workflow, *, decode: bool = True) -> dict[str, Any] | None:
+    """Run ``run``'s values, or None if there is no such run; given its row, the run is
+    not read again."""
+    if isinstance(run, Workflow):
+        return _with_origins({run.id: run.forked_from_id}, decode)[run.id]
+    return snapshots([run], decode=decode).get(run)
+
+
+def _with_origins(
+    origins: dict[uuid.UUID, uuid.UUID | None], decode: bool
+) -> dict[uuid.UUID, dict[str, Any]]:
+    values = _values(list(origins), decode)
     # A fork without values of its own shows its origin's, through a chain of such forks.
     pending: dict[uuid.UUID, uuid.UUID] = {
         run: origin for run, origin in origins.items() if origin is not None and not values.get(run)
@@ -101,7 +119,7 @@ def snapshots(runs: Collection[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
     for _ in range(_FORK_DEPTH):
         if not pending:
             break
-        found = _values(list(set(pending.values())))
+        found = _values(list(set(pending.values())), decode)
         upward = dict(
             Workflow.objects.filter(id__in=list(set(pending.values()))).values_list(
                 "id", "forked_from_id"
@@ -119,20 +137,15 @@ def snapshots(runs: Collection[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
     return {run: values.get(run, {}) for run in origins}
 
 
-def snapshot(run: uuid.UUID) -> dict[str, Any] | None:
-    """Run ``run``'s values, or None if there is no such run."""
-    return snapshots([run]).get(run)
-
-
 @guarded
-def column(runs: Collection[uuid.UUID], key: str) -> dict[uuid.UUID, Any]:
+def column(runs: Collection[uuid.UUID], key: str, *, decode: bool = True) -> dict[uuid.UUID, Any]:
     """``run id → value`` under ``key`` of those ``runs`` that have one (a fork with no
-    value of its own shows its origin's, one step back)."""
+    value of its own shows its origin's, one step back); ``decode`` as ``snapshots``."""
     ids = list(runs)
     found: dict[uuid.UUID, Any] = {}
     for start in range(0, len(ids), _CHUNK):
         chunk = ids[start : start + _CHUNK]
-        found.update(_one_key(chunk, key))
+        found.update(_one_key(chunk, key, decode))
         missing = [run for run in chunk if run not in found]
         if missing:
             origins = dict(
@@ -141,18 +154,18 @@ def column(runs: Collection[uuid.UUID], key: str) -> dict[uuid.UUID, Any]:
                 )
             )
             if origins:
-                theirs = _one_key(list(set(origins.values())), key)
+                theirs = _one_key(list(set(origins.values())), key, decode)
                 found.update({run: theirs[o] for run, o in origins.items() if o in theirs})
     return found
 
 
-def _one_key(ids: list[uuid.UUID], key: str) -> dict[uuid.UUID, Any]:
+def _one_key(ids: list[uuid.UUID], key: str, decode: bool) -> dict[uuid.UUID, Any]:
     rows = Published.objects.filter(workflow_id__in=ids, key=key)
     rows = rows.values_list("workflow_id", "value")
-    return {run: _decoded(value) for run, value in rows}
+    return {run: _decoded(value) if decode else value for run, value in rows}
 
 
-def _values(ids: list[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
+def _values(ids: list[uuid.UUID], decode: bool) -> dict[uuid.UUID, dict[str, Any]]:
     values: dict[uuid.UUID, dict[str, Any]] = {}
     for start in range(0, len(ids), _CHUNK):
         rows = (
@@ -161,7 +174,7 @@ def _values(ids: list[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
             .values_list("workflow_id", "key", "value")
         )
         for run, key, value in rows:
-            values.setdefault(run, {})[key] = _decoded(value)
+            values.setdefault(run, {})[key] = _decoded(value) if decode else value
     return values
 
 

@@ -1,9 +1,9 @@
 """The values runs publish (``everystep.publish``), as the UI shows them: a run's page
 lists them all, and the runs list shows one key as a column (``?show=stage``).
 
-Values are written as compact JSON and cut where they would crowd the page; the run
-page keeps the whole of a cut value folded under it. A value's type that cannot be
-written as JSON (a datetime, a Decimal) is shown as its text.
+Values are shown in their stored form (as step results are: a datetime as its tagged
+object), as compact JSON, and cut where they would crowd the page; the run page keeps
+the whole of a cut value folded under it.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def run_context(
     """The run page's "Published" section: one row per key, in key order (none: no
     section), and, for a run not final whose page does not refresh itself, the link
     that turns the auto-refresh on (``refresh_href``; None: it is on)."""
-    values = published.snapshot(found.id) or {}
+    # Stored forms, as the page shows results: nothing a stored value names is imported.
+    values = published.snapshot(found, decode=False) or {}
     rows = []
     for key, value in sorted(values.items()):
         text = compact(value)
@@ -78,5 +79,5 @@ def key_problem(key: str) -> str | None:
 def column(runs: Iterable[Workflow], key: str) -> dict[UUID, str]:
     """Each run's value under ``key``, as the runs list's cell shows it (runs without
     one are left out): one read for the whole page."""
-    values = published.column([run.id for run in runs], key)
+    values = published.column([run.id for run in runs], key, decode=False)
     return {run_id: cut(compact(value), CELL_SHOWN) for run_id, value in values.items()}

@@ -87,10 +87,9 @@ def on_table(sqls: list[str], table: str) -> int:
 
 def test_big_run_page_reads_the_run_once_and_its_steps_twice(staff, big_run):
     """The run page makes one statement for the run (and, the run being final, one for
-    its forks, and one for its published values' origin: a fork shows its origin's) and
-    two for its 2,000 steps."""
+    its forks) and two for its 2,000 steps."""
     sqls = statements(staff, big_run)
-    assert on_table(sqls, "everystep_workflow") == 3
+    assert on_table(sqls, "everystep_workflow") == 2
     assert on_table(sqls, "everystep_step") == 2
 
 
@@ -105,7 +104,7 @@ def test_statement_count_does_not_grow_with_steps(staff, big_run):
 def test_all_steps_are_read_in_one_statement(staff, big_run):
     """With every step shown, one statement reads them all, for the table and the graph."""
     sqls = statements(staff, big_run, steps="all", graph="all")
-    assert on_table(sqls, "everystep_workflow") == 3  # the run, its forks, its values' origin
+    assert on_table(sqls, "everystep_workflow") == 2  # the run and its forks
     assert on_table(sqls, "everystep_step") == 1
 
 

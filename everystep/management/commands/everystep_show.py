@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from everystep import safe_text, serde
+from everystep import safe_text
 from everystep.engine.task_runs import split_call
 from everystep.failure_detail import stopped_at
 from everystep.management.arguments import RUN_ID_HELP, checked_run_id, wait_json, wait_text
@@ -58,10 +58,10 @@ class Command(EverystepCommand):
         # Counted exactly: one run's children, counted once, for a human who asked.
         family = run_family(run, CHILDREN_SHOWN, cap=None)
         lineage = run_lineage(run, FORKS_SHOWN)
-        values = published.snapshot(run.id) or {}
+        values = published.snapshot(run, decode=False) or {}  # stored forms, as results
         if options["json"]:
             detail = run_detail(run, steps, family, lineage)
-            detail["published"] = {key: _stored(value) for key, value in sorted(values.items())}
+            detail["published"] = dict(sorted(values.items()))
             self.stdout.write(json.dumps(detail, indent=2))
         else:
             self._text(run, steps, family, lineage, values)
@@ -182,12 +182,6 @@ def run_detail(
         "stopped_at": _stopped_at(run, steps),
         "steps": [_step_detail(step) for step in steps],
     }
-
-
-def _stored(value: Any) -> Any:
-    """A published value (as the store gives it, decoded) in its stored form, as
-    ``result`` and ``args`` are in --json."""
-    return serde.encode(value)
 
 
 def _task_fields(run: Workflow) -> list[tuple[str, str]]:
