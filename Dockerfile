@@ -63,15 +63,19 @@ RUN set -eu; \
         rm -rf /var/lib/apt/lists/*; \
     fi
 COPY --from=build /opt/everystep /opt/everystep
-# A fixed non-root user in group 0, and group-writable directories, so the image also
-# runs under an arbitrary UID (OpenShift, `--user 12345`).
+# A fixed non-root user in group 0, and a group-writable home, so the image also runs
+# under an arbitrary UID (OpenShift, `--user 12345`). /etc/everystep (runner.toml) and
+# /app stay root's, read-only to the runner even on a writable root filesystem: its
+# configuration and code are mounted or built in, never written at run time.
 RUN set -eu; \
     echo "everystep:x:10001:0:everystep runner:/home/everystep:/usr/sbin/nologin" >> /etc/passwd; \
     mkdir -p /home/everystep /app /etc/everystep; \
-    chgrp -R 0 /home/everystep /etc/everystep; \
-    chmod -R g=u /home/everystep /etc/everystep
-# The worker's probes and metrics listen on every interface of the container (the library's
-# default is 127.0.0.1): a pod's probes and Prometheus reach it there, and what is published
+    chmod 0755 /app /etc/everystep; \
+    chgrp -R 0 /home/everystep; \
+    chmod -R g=u /home/everystep
+# The probes (the worker's, beside its metrics; in the ui role, answered by gunicorn's
+# arbiter) listen on every interface of the container (the library's default is
+# 127.0.0.1): a pod's probes and Prometheus reach them there, and what is published
 # beyond the container is the deployment's choice (docs/running/runner-image.md).
 # Nothing at run time writes outside /tmp (the demo's database, temporary files; gunicorn's
 # heartbeat files go to /dev/shm), so the image runs with a read-only root filesystem and

@@ -64,12 +64,14 @@ def start(
 
 
 def project_env(database: Database, **more: str) -> dict[str, str]:
-    """The example project on the test database, served over plain HTTP as in compose."""
+    """The example project on the test database, served over plain HTTP as in compose; the
+    probe port a free one (the containers share the host's network, the image says 9117)."""
     return {
         "DJANGO_SETTINGS_MODULE": "mysite.settings",
         "DJANGO_SECRET_KEY": SECRET_KEY,
         "EXAMPLE_HTTPS": "0",
         "EVERYSTEP_DATABASE_URL": database.url,
+        "EVERYSTEP_METRICS_PORT": str(free_port()),
         **more,
     }
 
@@ -229,13 +231,8 @@ def test_ui_role_serves_under_gunicorn(image, database, containers):
     and the HEALTHCHECK passes."""
     host_runner(database, "migrate", "--noinput", "-v", "0")
     port = free_port()
-    name = start(
-        containers,
-        image,
-        "es-ui",
-        "ui",
-        env=project_env(database, EVERYSTEP_UI_BIND=f"127.0.0.1:{port}"),
-    )
+    env = project_env(database, EVERYSTEP_UI_BIND=f"127.0.0.1:{port}")
+    name = start(containers, image, "es-ui", "ui", env=env)
 
     def healthy() -> bool:
         try:
@@ -249,6 +246,12 @@ def test_ui_role_serves_under_gunicorn(image, database, containers):
         assert resp.status == 200
         assert "login" in resp.url
     assert podman("healthcheck", "run", name, check=False).returncode == 0
+    # The role's own probes, on the probe port; and no gunicorn control socket (its
+    # directory under the read-only HOME could not even be made).
+    probes = env["EVERYSTEP_METRICS_PORT"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{probes}/healthz", timeout=5) as resp:
+        assert resp.read() == b"ok\n"
+    assert "control socket" not in podman("logs", name).stdout.lower()
     podman("stop", "-t", "60", name, timeout=120)
     assert exit_code(name) == 0
 

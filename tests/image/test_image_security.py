@@ -60,6 +60,35 @@ def test_ui_answers_healthz_while_slow_clients_hold_connections(image, database,
         assert clients[0].recv(64).startswith(b"HTTP/1.1 200")
 
 
+def test_ui_probes_answer_while_50_clients_hold_half_sent_requests(image, database, containers):
+    """With 50 clients holding half-sent requests to the UI (more than its 2 x 8 threads),
+    the ui role's probes on the probe port answer within 1 s, and so does the image's
+    HEALTHCHECK, which asks them first."""
+    host_runner(database, "migrate", "--noinput", "-v", "0")
+    port = free_port()
+    env = project_env(database, EVERYSTEP_UI_BIND=f"127.0.0.1:{port}")
+    probes = int(env["EVERYSTEP_METRICS_PORT"])
+    name = start(containers, image, "es-ui-probes", "ui", env=env)
+    wait_for(lambda: healthz(port), 120, "the UI's /healthz", name)
+    with slow_clients(port, 50):
+        assert healthz(probes, timeout=1), podman("logs", name).stdout[-3000:]
+        check = podman("healthcheck", "run", name, check=False, timeout=30)
+        assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_configuration_is_read_only_to_the_runner(image):
+    """/etc/everystep (where runner.toml is read) and /app are root's and not writable by
+    the runner, as UID 10001 or an arbitrary UID in group 0, even on a writable root."""
+    script = (
+        "stat -c '%U %a' /etc/everystep /app; "
+        "for d in /etc/everystep /app; do touch $d/probe 2>/dev/null && echo WROTE $d; done; "
+        "touch $HOME/probe && echo HOME-WRITABLE"
+    )
+    for user in ((), ("--user", "12345:0")):
+        done = podman("run", "--rm", *user, "--entrypoint", "sh", image, "-c", script)
+        assert done.stdout.splitlines() == ["root 755", "root 755", "HOME-WRITABLE"], user
+
+
 def listening(name: str) -> set[tuple[str, int]]:
     """(address, port) of every listening TCP socket in the container's network namespace."""
     table = podman("exec", name, "cat", "/proc/net/tcp").stdout.splitlines()[1:]
