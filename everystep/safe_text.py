@@ -39,6 +39,17 @@ def printable(text: str) -> str:
     return UNSTORABLE.sub(escape_char, text)
 
 
+# The bidi overrides, embeddings and isolates: a page shows text after them in another
+# order than it is stored ("exe.txt" as "txt.exe"), so a page shows them escaped.
+_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
+def for_page(text: str) -> str:
+    """``text`` as a page shows it: ``printable``, with the bidi controls written as
+    ``\\u202e``; line breaks kept (a traceback is lines)."""
+    return _BIDI.sub(escape_char, printable(text))
+
+
 # What a terminal or a text log line must not receive as it is: C0 controls (line breaks,
 # ESC), DEL, C1 controls, the line and paragraph separators, the bidi overrides and
 # isolates (which show text in another order than it is), and what ``printable`` escapes.

@@ -30,7 +30,7 @@ def compact(value: Any) -> str:
     """``value`` as one line of JSON, keys sorted (PostgreSQL's jsonb does not keep
     their order), printable whatever the row holds."""
     text = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False, default=str)
-    return safe_text.printable(text)
+    return safe_text.for_page(text)
 
 
 def cut(text: str, limit: int) -> str:
@@ -51,7 +51,7 @@ def run_context(
         text = compact(value)
         rows.append(
             {
-                "key": safe_text.printable(key),
+                "key": safe_text.for_page(key),
                 "value": cut(text, VALUE_SHOWN),
                 # The whole value, pretty-printed (and cut far later), when the line is cut.
                 "whole": pretty(value) if len(text) > VALUE_SHOWN else "",

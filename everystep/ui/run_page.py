@@ -43,6 +43,14 @@ STEPS_MAX = 10_000
 TIMELINE_MAX = STEPS_PER_PAGE
 # Characters of a step's error message in its row (a message can be megabytes).
 MESSAGE_SHOWN = 300
+# Characters of step details (JSON and tracebacks) one page shows in all: with every step
+# listed (?steps=all) 10,000 steps of big values made a 78 MB page. Past it a step's row
+# says where its details are.
+DETAILS_SHOWN = 2_000_000
+NOT_SHOWN = (
+    "… not shown: this page has shown {:,} characters of step details already; the "
+    "step's page of the table (?steps=N) or manage.py everystep_show RUN_ID --json has it"
+)
 # A mark per step status, so a status is a shape as well as a colour (as in _mark.html).
 MARKS = {"done": "✓", "failed": "✗", "started": "◔"}
 
@@ -119,7 +127,7 @@ def steps_context(
         "step_notices": notices,
         "started_children": started_children(outlines, cut=len(outlines) >= STEPS_MAX),
         "uncertain_steps": uncertain_steps(outlines),
-        "steps": [_row(step, pretty, zone, href) for step in rows],
+        "steps": _rows(rows, pretty, zone, href),
         "page": page,
         "graph": shown,
         "graph_collapsed": shown != graph,
@@ -148,8 +156,8 @@ def outcome_context(
 
 def _traceback(error: Any) -> str:
     trace = error.get("traceback") if isinstance(error, dict) else None
-    # printable: a row is read as it is stored, whoever wrote it.
-    return safe_text.printable(trace) if isinstance(trace, str) else ""
+    # for_page: a row is read as it is stored, whoever wrote it.
+    return safe_text.for_page(trace) if isinstance(trace, str) else ""
 
 
 def _without_traceback(error: Any) -> Any:
@@ -262,13 +270,42 @@ STEP_TRACEBACK = (
 )
 
 
+def _rows(
+    rows: list[StepRow], pretty: Callable[[Any], str], zone: tzinfo, href: Callable[[Any], str]
+) -> list[SafeString]:
+    """The table's rows, their details within ``DETAILS_SHOWN`` characters together."""
+    budget = _Budget(DETAILS_SHOWN)
+    return [_row(step, pretty, zone, href, budget) for step in rows]
+
+
+class _Budget:
+    """What is left of a page's ``DETAILS_SHOWN``."""
+
+    def __init__(self, total: int) -> None:
+        self.left = total
+
+    def take(self, make: Callable[[], str]) -> str:
+        """``make()``'s text while some is left (not even made after), else a line
+        saying where it is."""
+        if self.left <= 0:
+            return NOT_SHOWN.format(DETAILS_SHOWN)
+        text = make()
+        self.left -= len(text)
+        return text
+
+
 def _row(
-    step: StepRow, pretty: Callable[[Any], str], zone: tzinfo, href: Callable[[Any], str]
+    step: StepRow,
+    pretty: Callable[[Any], str],
+    zone: tzinfo,
+    href: Callable[[Any], str],
+    budget: _Budget,
 ) -> SafeString:
     detail = {"args": step.args, "kwargs": step.kwargs, "result": step.result}
     if step.error is not None:
         detail["error"] = _without_traceback(step.error)
-    trace = _traceback(step.error)
+    stored = step.error.get("traceback") if isinstance(step.error, dict) else None
+    trace = budget.take(lambda: _traceback(step.error)) if isinstance(stored, str) else ""
     return format_html(
         STEP_ROW,
         id=step.step_id,
@@ -280,7 +317,7 @@ def _row(
         finished=time_html(step.finished_at, zone),
         duration=_took(step, zone),
         error=_step_error(step.error),
-        detail=pretty(detail),
+        detail=budget.take(lambda: pretty(detail)),
         traceback=format_html(STEP_TRACEBACK, id=step.step_id, text=trace) if trace else "",
     )
 
@@ -296,10 +333,10 @@ def _took(step: StepRow, zone: tzinfo) -> str:
 def _step_error(error: Any) -> str:
     if not isinstance(error, dict) or not error.get("type"):
         return ""
-    message = safe_text.printable(str(error.get("message", "")))
+    message = safe_text.for_page(str(error.get("message", "")))
     if len(message) > MESSAGE_SHOWN:  # all of it is in the step's JSON
         message = message[: MESSAGE_SHOWN - 1] + "…"
-    return format_html(STEP_ERROR, type=safe_text.printable(str(error["type"])), message=message)
+    return format_html(STEP_ERROR, type=safe_text.for_page(str(error["type"])), message=message)
 
 
 def _open_until(found: Workflow) -> datetime:

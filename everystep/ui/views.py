@@ -55,9 +55,10 @@ def _pretty(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
     if len(text) > JSON_ONE_LINE:
         text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
-    # printable: a row stored before values were escaped may hold a lone surrogate
-    # (SQLite took them), which no response can encode.
-    text = safe_text.printable(text)
+    # for_page: a row stored before values were escaped may hold a lone surrogate
+    # (SQLite took them), which no response can encode, and a bidi override would show
+    # what follows it in another order.
+    text = safe_text.for_page(text)
     if len(text) <= JSON_MAX_LENGTH:
         return text
     # A browser chokes on a page of many megabytes; the whole value is one command away.
@@ -215,6 +216,8 @@ def run(request: HttpRequest, run_id: UUID) -> HttpResponse:
         "result_json": _pretty(found.result),
         "error_json": _pretty(found.error),
         "error": _headline(found.error),
+        "idempotency_key": safe_text.for_page(found.idempotency_key or ""),
+        "claimed_by": safe_text.for_page(found.claimed_by or ""),
         **family,
         **steps,
         **shown,
@@ -249,10 +252,14 @@ def _task_context(found: Workflow) -> dict[str, Any]:
 
 
 def _headline(error: Any) -> dict[str, str]:
-    """The type and message of a run's error, printable whatever the row holds."""
+    """The type and message of a run's error, shown safely whatever the row holds, the
+    message cut as a step row's is (all of it is in the stored error below)."""
     if not isinstance(error, dict) or not error.get("type"):
         return {}
-    return {key: safe_text.printable(str(error.get(key, ""))) for key in ("type", "message")}
+    shown = {key: safe_text.for_page(str(error.get(key, ""))) for key in ("type", "message")}
+    if len(shown["message"]) > run_page.MESSAGE_SHOWN:
+        shown["message"] = shown["message"][: run_page.MESSAGE_SHOWN - 1] + "…"
+    return shown
 
 
 @ui_view

@@ -268,3 +268,69 @@ def test_collapse_caps_the_remarkable_entries_it_keeps():
     steps = [node for node in kept if not isinstance(node, graph.Gap)]
     assert len(steps) == 2 * graph.SCOPE_ENDS + graph.NOTABLE_SHOWN
     assert sum(node.count for node in kept if isinstance(node, graph.Gap)) == 500 - len(steps)
+
+
+def test_every_step_of_a_run_of_big_values_is_a_bounded_page(staff):
+    """``?steps=all`` on 400 steps of 50 KB results each (20 MB of details): the page
+    shows details up to ``DETAILS_SHOWN`` characters, then says where the rest is
+    (issue 39: a big run's page made 78 MB)."""
+    run = Workflow.objects.create(name="wf.big", status=Status.COMPLETED, args=[1])
+    now = timezone.now()
+    Step.objects.bulk_create(
+        (
+            Step(
+                workflow=run,
+                step_id=str(n),
+                name="wf.step",
+                status="done",
+                result="r" * 50_000,
+                started_at=now,
+                finished_at=now,
+            )
+            for n in range(1, 401)
+        ),
+        batch_size=100,
+    )
+    html = staff.get(reverse("everystep:run", args=[run.id]) + "?steps=all").content.decode()
+    assert len(html) < run_page.DETAILS_SHOWN + 1_000_000, len(html)
+    assert html.count('<tr id="step-') == 400  # every row is listed
+    assert "not shown: this page has shown 2,000,000 characters" in html
+
+
+def test_bidi_controls_and_a_huge_message_are_shown_escaped_and_cut(staff):
+    """A run whose error message holds U+202E and is 2,000,000 characters long, and a
+    step's error and traceback holding bidi controls: the page shows each control
+    escaped, so nothing reads in another order than it is, and the headline is cut as
+    a step row's message is (issue 41)."""
+    message = "invoice \u202egpj.exe" + "m" * 2_000_000
+    error = {"type": "builtins.ValueError", "message": message, "args": None}
+    step_error = {
+        "type": "builtins.KeyError",
+        "message": "step \u2066isolated\u2069",
+        "args": None,
+        "traceback": "Traceback:\n  line \u202dforced\n",
+    }
+    run = Workflow.objects.create(
+        name="wf.big",
+        status=Status.FAILED,
+        args=["\u202eargs"],
+        error=error,
+        idempotency_key="key\u202e",
+    )
+    now = timezone.now()
+    Step.objects.create(
+        workflow=run,
+        step_id="1",
+        name="wf.step",
+        status="failed",
+        error=step_error,
+        started_at=now,
+        finished_at=now,
+    )
+    html = staff.get(reverse("everystep:run", args=[run.id])).content.decode()
+    for control in ("\u202e", "\u2066", "\u2069", "\u202d"):
+        assert control not in html, repr(control)
+    assert "invoice \\u202egpj.exe" in html and "step \\u2066isolated\\u2069" in html
+    headline = re.search(r'<p class="es-error"><code>builtins.ValueError</code>: ([^<]*)</p>', html)
+    assert headline is not None
+    assert len(headline.group(1)) == run_page.MESSAGE_SHOWN
