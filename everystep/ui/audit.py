@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from everystep.models import AuditEntry
-from everystep.safe_text import printable
+from everystep.safe_text import for_page
 from everystep.store import audit
 from everystep.ui.access import staff_view
 from everystep.ui.run_table import run_hrefs
@@ -68,7 +68,10 @@ def _row(entry: AuditEntry, zone: Any, href: Callable[[object], str]) -> dict[st
     return {
         "entry": entry,
         "at": time_html(entry.at, zone),
-        "via": "UI" if entry.via == "ui" else entry.via,
+        "via": "UI" if entry.via == "ui" else for_page(entry.via),
+        # Typed by operators: a bidi override would show the rest of a row reordered.
+        "actor": for_page(entry.actor),
+        "reason": for_page(entry.reason),
         "runs": runs,
         # A filter says what it matched; a list of ids past RUN_IDS_KEPT is counted.
         "more": 0 if entry.filter else max(entry.count - len(runs), 0),
@@ -91,7 +94,7 @@ def _detail(detail: Any, href: Callable[[object], str]) -> list[dict[str, str]]:
         return []
     items = []
     for key, value in sorted(detail.items()):
-        item = {"key": printable(str(key).replace("_", " ")), "text": _shown(value)}
+        item = {"key": for_page(str(key).replace("_", " ")), "text": _shown(value)}
         if key == "fork" and isinstance(value, str):
             item["href"] = href(value)
         items.append(item)
@@ -113,5 +116,5 @@ def _shown(value: Any) -> str:
         text = value
     else:
         text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-    text = printable(text)
+    text = for_page(text)
     return text if len(text) <= VALUE_MAX_LENGTH else text[:VALUE_MAX_LENGTH] + "…"

@@ -338,6 +338,18 @@ def test_the_page_links_runs_shows_filters_and_escapes_everything(client):
     assert "&lt;b&gt;eve&lt;/b&gt;" in html
 
 
+def test_bidi_controls_in_operator_text_are_shown_escaped(client):
+    """An actor, a reason and a filter holding U+202E or an isolate would show the rest of
+    their row reordered: the page writes them as escapes (issue 39)."""
+    audit.record("cancel", Actor("eve\u202e", "ui"), reason="refund \u202egpj.exe")
+    audit.record("bulk_cancel", OPERATOR, filter={"workflow": "a\u2066b"}, count=1)
+    client.force_login(staff())
+    html = client.get(AUDIT).content.decode()
+    assert "\u202e" not in html and "\u2066" not in html
+    assert "refund \\u202egpj.exe" in html and "eve\\u202e" in html
+    assert "workflow=a\\u2066b" in html
+
+
 def test_a_bad_cursor_reads_the_first_page_with_a_notice(client):
     """?before= that is not an entry id shows the newest entries and says so."""
     audit.record("cancel", OPERATOR, reason="reason-1")
