@@ -42,7 +42,7 @@ from everystep.engine.check import check_pass, failure_of
 from everystep.errors import EverystepError, ReachedNewWork, RunInterrupted, Terminal
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow, uuid7
 from everystep.store import audit
-from everystep.store.forks import create_fork
+from everystep.store.forks import create_fork, existing_fork
 from everystep.store.replay_check import RunToCheck
 from everystep.store.runs import get_run, load_steps
 from everystep.values import RecordedStep
@@ -65,13 +65,19 @@ def fork_run(
     from_step: str | None = None,
     args: Sequence[Any] | None = None,
     actor: audit.Actor | None = None,
+    idempotency_key: str | None = None,
 ) -> Workflow:
     """Fork the finished run ``run`` (see the module's docstring); ``args`` replace its
     arguments (Python values, stored as ``schedule()`` stores them). An operator's fork
     (``actor``) is audited. Refused with an ``EverystepError`` saying why: an unknown
     run, one not finished, an unknown step, a workflow not registered here, arguments
-    that cannot be stored, or a fork that would fail on replay. Nothing is written then."""
+    that cannot be stored, or a fork that would fail on replay. Nothing is written then.
+    ``idempotency_key`` (the UI's confirmation): a fork already made with it is returned,
+    and nothing is written either."""
     original = _finished_run(run)
+    made = existing_fork(original, idempotency_key)
+    if made is not None:
+        return made
     defn = task_runs.definition(original.name)
     if defn is None:
         raise EverystepError(
@@ -89,6 +95,7 @@ def fork_run(
         from_step=plan.from_step,
         copied=plan.copied,
         actor=actor,
+        idempotency_key=idempotency_key,
     )
     logger.info(
         "run %s forked as %s from step %s (%d record(s) copied)%s",

@@ -26,11 +26,13 @@ def create_fork(
     from_step: str | None,
     copied: Collection[str],
     actor: audit.Actor | None,
+    idempotency_key: str | None = None,
 ) -> Workflow:
     """Insert the fork of ``original`` as a ``scheduled`` run with id ``new_id`` and
     ``args`` (stored form), starting with copies of the records at the step ids
     ``copied``; ``from_step``: where it executes from (None: after every copied record).
-    The original is only read."""
+    The original is only read. With ``idempotency_key``, a fork already made under that
+    key (the same confirmation sent twice) is returned instead, and nothing is written."""
     try:
         with database.atomic():
             run = Workflow.objects.create(
@@ -40,6 +42,7 @@ def create_fork(
                 queue=original.queue,
                 forked_from_id=original.id,
                 forked_from_step=from_step,
+                idempotency_key=idempotency_key,
             )
             _copy_steps(original.id, new_id, copied)
             if actor is not None:
@@ -51,11 +54,23 @@ def create_fork(
                 )
             notify_due()
     except IntegrityError as exc:
+        made = existing_fork(original, idempotency_key)
+        if made is not None:  # the other request of a double submit won the insert
+            return made
         # The only row the fork refers to is the original: pruned since it was read.
         if not Workflow.objects.filter(id=original.id).exists():
             raise EverystepError(f"no run with id {original.id}") from exc
         raise
     return run
+
+
+def existing_fork(original: Workflow, idempotency_key: str | None) -> Workflow | None:
+    """The fork of ``original`` made under ``idempotency_key``, if there is one."""
+    if idempotency_key is None:
+        return None
+    return Workflow.objects.filter(
+        name=original.name, idempotency_key=idempotency_key, forked_from_id=original.id
+    ).first()
 
 
 def _copy_steps(original: UUID, fork: UUID, copied: Collection[str]) -> None:

@@ -11,6 +11,7 @@ POST, is logged with the user, and leaves an audit entry naming the user
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -143,8 +144,24 @@ def _send(run_id: str, form: Any, actor: Actor, reason: str) -> Done:
 def _fork(run_id: str, form: Any, actor: Actor) -> Done:
     # Empty: fork_run's default point, the first step that failed or has no outcome.
     from_step = safe_text.storable_text(form.get("from_step", ""), "the step id").strip() or None
-    new = fork_run(run_id, from_step=from_step, actor=actor)
+    # The page's confirmation: the same form sent twice (a double click) forks once.
+    key = confirmation_key(form.get("confirm", ""), "fork")
+    new = fork_run(run_id, from_step=from_step, actor=actor, idempotency_key=key)
     return Done("fork", f" (new run {new.id}, from step {new.forked_from_step})", new.id)
+
+
+def new_confirmation() -> str:
+    """A fresh confirmation for an action form: what makes the form's action happen once
+    however many times it is sent."""
+    return uuid.uuid4().hex
+
+
+def confirmation_key(confirm: str, action: str) -> str | None:
+    """The idempotency key of ``action`` sent with confirmation ``confirm``; None for a
+    form without one (a form rendered before confirmations, a script)."""
+    if len(confirm) != 32 or not all(ch in "0123456789abcdef" for ch in confirm):
+        return None
+    return f"everystep.ui.{action}:{confirm}"
 
 
 def _back(run_id: UUID, **params: str) -> HttpResponseRedirect:

@@ -210,6 +210,7 @@ def run(request: HttpRequest, run_id: UUID) -> HttpResponse:
         "run": found,
         "wait": run_wait(found),
         "can": actions.allowed_actions(request, found),
+        "confirm": actions.new_confirmation(),
         "duration": format_duration(span(found.started_at, found.completed_at)),
         "args_json": _pretty(found.args),
         **_task_context(found),

@@ -334,3 +334,54 @@ def test_a_refused_forks_page_costs_what_the_plain_page_costs(client):
     assert refused_peak <= 2 * plain_peak
     # Loading the steps for a reason would cost their 30 MB once more, at least.
     assert refused_peak - plain_peak < 5_000_000, (plain_peak, refused_peak)
+
+
+def test_the_same_fork_confirmation_sent_twice_forks_once(client):
+    """A double click sends the run page's fork form twice with one confirmation: one
+    fork, one audit entry, and both answers open that fork (issue 39). A new page view
+    brings a new confirmation, which forks again."""
+    import re
+    import threading
+
+    from django.urls import reverse
+
+    from tests.staff import staff_user
+
+    original = failed_checkout()
+    client.force_login(staff_user("fork_workflow"))
+    page = client.get(reverse("everystep:run", args=[original.id])).content.decode()
+    confirm = re.search(r'name="confirm" value="([0-9a-f]{32})"', page).group(1)
+    url = reverse("everystep:run-action", args=[original.id])
+    form = {"action": "fork", "confirm": confirm}
+    first, second = client.post(url, form), client.post(url, form)
+    assert first.status_code == second.status_code == 302
+    assert first["Location"] == second["Location"]
+    assert Workflow.objects.filter(forked_from=original).count() == 1
+    assert AuditEntry.objects.filter(action="fork").count() == 1
+    # Two at once, straight to the engine: the database's unique key settles the race.
+    key = "everystep.ui.fork:" + "f" * 32
+    made: list[Workflow] = []
+
+    def fork_once() -> None:
+        from django.db import connections
+
+        try:
+            made.append(_fork(original, key))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=fork_once) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(made) == 2 and made[0].id == made[1].id
+    assert Workflow.objects.filter(forked_from=original).count() == 2
+    fresh = client.get(reverse("everystep:run", args=[original.id])).content.decode()
+    assert f'value="{confirm}"' not in fresh
+
+
+def _fork(original: Workflow, key: str) -> Workflow:
+    from everystep.engine.fork import fork_run
+
+    return fork_run(original, idempotency_key=key)
