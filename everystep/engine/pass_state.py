@@ -137,9 +137,10 @@ class RunState:
     # for a sync body's.
     aio: AsyncPass | None = None
     # The values this pass published (``everystep.engine.progress``): key → stored JSON
-    # text, so publishing a value again writes nothing; per pass, since another worker
-    # may have published since this one last did. ``publishing`` orders a key's writes.
-    published: dict[str, str] = field(default_factory=dict)
+    # text, so publishing a value again writes nothing (None: a key a replay passed, not
+    # written); per pass, since another worker may have published since this one last
+    # did. ``publishing`` orders a key's writes.
+    published: dict[str, str | None] = field(default_factory=dict)
     publishing: threading.Lock = field(default_factory=threading.Lock)
 
     @property

@@ -83,7 +83,8 @@ def publish(key: str, value: Any) -> None:
                 "few values that show progress"
             )
         if run.checking or (not frame.in_step and run.history_beyond(frame.scope.prefix)):
-            run.published.setdefault(key, text)  # counted, not written: a replay
+            # Counted, not written: a replay. What the key holds now is not known here.
+            run.published.setdefault(key, None)
             return
         if run.published.get(key) == text:
             return

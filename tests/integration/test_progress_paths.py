@@ -183,3 +183,28 @@ def test_in_a_test_wrapped_in_a_transaction_the_value_stays_in_it() -> None:
     reader.start()
     reader.join(30)
     assert elsewhere == [0]  # not committed outside the test's transaction
+
+
+@step
+def set_stage(value: str) -> str:
+    publish("stage", value)
+    return value
+
+
+@workflow
+def back_and_forth() -> str:
+    publish("stage", "a")
+    set_stage("b")
+    sleep(3600)
+    return set_stage("a")
+
+
+def test_a_value_a_replay_passed_is_written_when_a_step_publishes_it_again() -> None:
+    """After the sleep the replay passes the body's ``"a"`` without writing it; the step
+    that then publishes ``"a"`` must write it, since the key holds ``"b"`` now."""
+    run = schedule(back_and_forth)
+    run_due()
+    assert published(run) == {"stage": "b"}
+    (woke,) = run_due(advance=3601)
+    assert woke.status == Status.COMPLETED, woke.error
+    assert published(run) == {"stage": "a"}
