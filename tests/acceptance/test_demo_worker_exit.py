@@ -6,6 +6,7 @@ its own SQLite file, whatever database the suite runs on."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -92,6 +93,13 @@ def demo(tmp_path: Path) -> Iterator[Demo]:
         started.kill()
 
 
+def crashed(log: str) -> bool:
+    """Whether a process of the demo printed a Python traceback. A run's failure record
+    carries its stored traceback too, indented behind ``|`` (the demo has a workflow that
+    fails on purpose, and whether it got that far depends on the timing): not a crash."""
+    return re.search(r"^Traceback \(most recent call last\)", log, re.MULTILINE) is not None
+
+
 def test_the_demo_stops_with_status_1_when_its_worker_is_killed(demo: Demo):
     """SIGKILL to the demo's worker: the demo says the worker was killed by SIGKILL (with
     its pid) and exits 1, its UI stopped."""
@@ -103,7 +111,7 @@ def test_the_demo_stops_with_status_1_when_its_worker_is_killed(demo: Demo):
         f"everystep demo: the worker process 'demo-worker' (pid {pid}) was killed by SIGKILL; "
         "no run can start without it"
     ) in log
-    assert "Traceback" not in log
+    assert not crashed(log), log
 
 
 def test_ctrl_c_still_stops_the_demo_cleanly(demo: Demo):
@@ -115,4 +123,4 @@ def test_ctrl_c_still_stops_the_demo_cleanly(demo: Demo):
     log = demo.log()
     assert "everystep demo: the worker process" not in log
     assert "worker demo-worker stopped" in log
-    assert "Traceback" not in log
+    assert not crashed(log), log
