@@ -17,11 +17,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from datetime import datetime
+from functools import partial
 from typing import Any
 from uuid import UUID
 
+from django.db import transaction
 from django.db.models import F
+from django.utils import timezone
 
+from everystep import conf
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, AuditEntry, Status, Workflow, WorkflowQuerySet, uuid7
 from everystep.store import audit, database, run_waits
@@ -85,6 +89,17 @@ class RunFilter:
             if getattr(self, given.name) is not None
         }
 
+    @classmethod
+    def from_json(cls, given: dict[str, str]) -> RunFilter:
+        """The filter ``as_json`` gave (a background run's argument)."""
+        values: dict[str, Any] = dict(given)
+        for name in ("created_after", "created_before"):
+            if name in values:
+                values[name] = datetime.fromisoformat(values[name])
+        if "parent" in values:
+            values["parent"] = UUID(values["parent"])
+        return cls(**values)
+
     def __str__(self) -> str:
         """The filters given, as ``workflow=… status=…``: how messages name them."""
         return " ".join(f"{name}={value}" for name, value in self.as_json().items())
@@ -129,22 +144,34 @@ def count(run_filter: RunFilter, action: str | None = None, *, cap: int | None =
 
 
 def for_each_batch(
-    run_filter: RunFilter, batch_size: int = DEFAULT_BATCH_SIZE, *, action: str | None = None
+    run_filter: RunFilter,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    *,
+    action: str | None = None,
+    bound: UUID | None = None,
 ) -> Iterator[list[UUID]]:
     """The ids of the matching runs (with ``action``: those it would change), in id
     order, ``batch_size`` at a time. Each batch is read when the one before has been
     used, starting after its last id: runs that stop or start matching meanwhile shift
-    nothing."""
+    nothing. ``bound``: only runs with a smaller id (by default, made before the call)."""
     _check_batch_size(batch_size)
-    runs = _targets(run_filter, action).filter(id__lt=uuid7())
+    bound = bound or uuid7()
     last: UUID | None = None
     while True:
-        ids = _page(runs, last, batch_size)
+        ids = next_batch(run_filter, action, after=last, size=batch_size, bound=bound)
         if ids:
             yield ids
         if len(ids) < batch_size:
             return
         last = ids[-1]
+
+
+def next_batch(
+    run_filter: RunFilter, action: str | None, *, after: UUID | None, size: int, bound: UUID
+) -> list[UUID]:
+    """The ids of the next ``size`` runs ``for_each_batch`` walks: after ``after``, below
+    ``bound``."""
+    return _page(_targets(run_filter, action).filter(id__lt=bound), after, size)
 
 
 def bulk_cancel(
@@ -153,10 +180,40 @@ def bulk_cancel(
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
     reason: str = "",
+    entry: AuditEntry | None = None,
 ) -> int:
     """Cancel every unfinished run that matches, and their unfinished children (as
     ``store.cancel_run`` does); the number of matching runs cancelled (children that
-    do not match are not counted). One ``bulk_cancel`` audit entry counts them."""
+    do not match are not counted). One ``bulk_cancel`` audit entry counts them:
+    ``entry`` if given (see ``open_entry``), else a new one."""
+    return _act("cancel", run_filter, actor, batch_size, reason, entry)
+
+
+def bulk_requeue(
+    run_filter: RunFilter,
+    actor: Actor,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    reason: str = "",
+    entry: AuditEntry | None = None,
+) -> int:
+    """Put every ``running`` run that matches back to ``scheduled`` (as
+    ``store.requeue_one`` does: its holder's late writes are refused by the fence), but
+    not the runs of a runner that may be alive; the number requeued. One
+    ``bulk_requeue`` audit entry counts them: ``entry`` if given, else a new one."""
+    return _act("requeue", run_filter, actor, batch_size, reason, entry)
+
+
+@dataclass(frozen=True)
+class _Change:
+    """What a bulk cancel or requeue does to a batch: the change (on a batch's locked
+    ids, in its transaction), and what follows the batch's commit."""
+
+    change: Callable[[list[UUID]], None]
+    after: Callable[[list[UUID]], None] | None
+
+
+def _cancelling(actor: Actor) -> _Change:
     error = encode_error(EverystepError(f"cancelled by {actor.by}"))
 
     def cancel(ids: list[UUID]) -> None:
@@ -167,65 +224,142 @@ def bulk_cancel(
         # while its children's rows are locked (see ``run_waits``).
         run_waits.ended([*ids, *cancel_children(ids, actor)])
 
-    action = _Action("cancel", cancel, after)
-    return _act(action, run_filter, actor, batch_size, reason)
+    return _Change(cancel, after)
 
 
-def bulk_requeue(
-    run_filter: RunFilter,
-    actor: Actor,
-    *,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    reason: str = "",
-) -> int:
-    """Put every ``running`` run that matches back to ``scheduled`` (as
-    ``store.requeue_one`` does: its holder's late writes are refused by the fence), but
-    not the runs of a runner that may be alive; the number requeued. One
-    ``bulk_requeue`` audit entry counts them."""
-
+def _requeueing(actor: Actor) -> _Change:
     def requeue(ids: list[UUID]) -> None:
         Workflow.objects.filter(id__in=ids).requeue()
         notify_due()
 
-    action = _Action("requeue", requeue, None)
-    return _act(action, run_filter, actor, batch_size, reason)
+    return _Change(requeue, None)
 
 
-@dataclass(frozen=True)
-class _Action:
-    """A bulk action: its name (a key of ``RULES``), the change (on a batch's locked
-    ids, in its transaction), and what follows each batch's commit."""
-
-    name: str
-    change: Callable[[list[UUID]], None]
-    after: Callable[[list[UUID]], None] | None
+CHANGES: dict[str, Callable[[Actor], _Change]] = {
+    "cancel": _cancelling,
+    "requeue": _requeueing,
+}
 
 
-def _act(action: _Action, run_filter: RunFilter, actor: Actor, batch_size: int, reason: str) -> int:
+def _act(
+    action: str,
+    run_filter: RunFilter,
+    actor: Actor,
+    batch_size: int,
+    reason: str,
+    entry: AuditEntry | None,
+) -> int:
     _check_batch_size(batch_size)
-    runs = _targets(run_filter, action.name).filter(id__lt=uuid7())
-    entry: AuditEntry | None = None
+    bound = uuid7()
+    # Made before the first batch: a bulk action is on record from its start, also when
+    # nothing matches (a count of 0) or a batch fails.
+    entry = entry or open_entry(action, actor, run_filter, reason=reason)
     touched = 0
     last: UUID | None = None
     while True:
-        with database.atomic():
-            # The batch is read again under lock with the filter and the rule: a run
-            # that changed status since it was counted is skipped, not an error, and
-            # the UPDATE changes exactly the runs locked.
-            ids = _page(runs, last, batch_size, locked=True)
-            if ids:
-                action.change(ids)
-                entry = _counted(entry, f"bulk_{action.name}", actor, run_filter, ids, reason)
-        if ids and action.after is not None:
-            action.after(ids)
+        ids = change_batch(
+            action, run_filter, actor, entry, after=last, size=batch_size, bound=bound
+        )
         touched += len(ids)
         if len(ids) < batch_size:
-            break
+            return touched
         last = ids[-1]
-    if entry is None:  # nothing matched: the action is on record all the same
-        filtered = run_filter.as_json()
-        audit.record(f"bulk_{action.name}", actor, filter=filtered, count=0, reason=reason)
-    return touched
+
+
+def change_batch(
+    action: str,
+    run_filter: RunFilter,
+    actor: Actor,
+    entry: AuditEntry,
+    *,
+    after: UUID | None,
+    size: int,
+    bound: UUID,
+) -> list[UUID]:
+    """One batch of a bulk cancel or requeue: the next ``size`` matching runs after
+    ``after`` and below ``bound`` that ``action`` changes, locked, changed and counted in
+    ``entry`` in one transaction (a savepoint of the caller's, if it has one: the
+    background run's step). Their ids. What follows a change (a cancel's children) runs
+    once the outermost transaction has committed."""
+    change = CHANGES[action](actor)
+    runs = _targets(run_filter, action).filter(id__lt=bound)
+    with database.atomic():
+        # The batch is read again under lock with the filter and the rule: a run that
+        # changed status since it was counted is skipped, not an error, and the UPDATE
+        # changes exactly the runs locked.
+        ids = _page(runs, after, size, locked=True)
+        if ids:
+            change.change(ids)
+            audit.add_count(entry, len(ids), ids)
+            if change.after is not None:
+                transaction.on_commit(partial(change.after, ids), using=conf.database())
+    return ids
+
+
+def open_entry(
+    action: str,
+    actor: Actor,
+    run_filter: RunFilter,
+    *,
+    reason: str = "",
+    detail: dict[str, Any] | None = None,
+) -> AuditEntry:
+    """The one audit entry of a bulk ``action`` (a key of ``RULES``), with a count of 0:
+    each batch counts up its runs in its own transaction, so the entry always says how
+    many were really touched."""
+    return audit.record(
+        f"bulk_{action}",
+        actor,
+        filter=run_filter.as_json(),
+        count=0,
+        reason=reason,
+        detail=detail,
+    )
+
+
+def entry_by_id(entry_id: int) -> AuditEntry:
+    """A bulk action's entry, to count up (a background run's batch reads it afresh)."""
+    return AuditEntry.objects.get(id=entry_id)
+
+
+def note_run(entry: AuditEntry, run_id: UUID) -> None:
+    """Name in ``entry`` the background run that takes its action."""
+    entry.detail = {**entry.detail, "run": str(run_id)}
+    AuditEntry.objects.filter(id=entry.id).update(detail=entry.detail)
+
+
+def confirmed_entry(confirmation: str) -> AuditEntry | None:
+    """The bulk action's entry made for a confirmation (the UI form's), if there is one:
+    that form was sent before."""
+    return AuditEntry.objects.filter(
+        action__startswith="bulk_", detail__confirmation=confirmation
+    ).first()
+
+
+def fork_key(base: str, run_id: UUID) -> str:
+    """The idempotency key of the fork of ``run_id`` made by the bulk fork ``base`` (a
+    confirmation, or a background run's id): one fork per run, whoever asks again."""
+    return f"everystep.bulk_fork:{base}:{run_id}"
+
+
+def already_forked(base: str, run_ids: list[UUID]) -> set[UUID]:
+    """Which of ``run_ids`` the bulk fork ``base`` has forked already."""
+    keys = [fork_key(base, run_id) for run_id in run_ids]
+    made = Workflow.objects.filter(idempotency_key__in=keys, forked_from__isnull=False)
+    return set(made.values_list("forked_from_id", flat=True))
+
+
+def front_of_queue() -> datetime:
+    """When a run must be due to be claimed next: with the longest-due run's time (and a
+    larger id) a background bulk action comes right after it, not behind the backlog it
+    may be there to cancel."""
+    oldest = (
+        Workflow.objects.filter(status=Status.SCHEDULED, due_at__lte=timezone.now())
+        .order_by("due_at")
+        .values_list("due_at", flat=True)
+        .first()
+    )
+    return oldest or timezone.now()
 
 
 def _page(
@@ -248,29 +382,6 @@ def _take_write_lock() -> None:
     # whole transaction; an UPDATE that matches no row takes it just the same.
     if database.connection().vendor == "sqlite":
         Workflow.objects.filter(id=_NO_RUN).update(status=F("status"))
-
-
-def _counted(
-    entry: AuditEntry | None,
-    action: str,
-    actor: Actor,
-    run_filter: RunFilter,
-    ids: list[UUID],
-    reason: str,
-) -> AuditEntry:
-    """The action's audit entry after one more batch, in that batch's transaction: made
-    with the first batch, counted up with each one after it."""
-    if entry is None:
-        return audit.record(
-            action,
-            actor,
-            run_ids=ids,
-            filter=run_filter.as_json(),
-            count=len(ids),
-            reason=reason,
-        )
-    audit.add_count(entry, len(ids), ids)
-    return entry
 
 
 def _check_batch_size(batch_size: int) -> None:
