@@ -13,6 +13,7 @@ class EverystepConfig(AppConfig):
 
     def ready(self) -> None:
         from everystep import checks, conf, logs, metrics, sentry  # noqa: F401  (receivers)
+        from everystep.engine import bulk_run  # noqa: F401  (registers everystep.bulk_action)
         from everystep.store import network
 
         metrics.install()
