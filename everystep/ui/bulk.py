@@ -3,9 +3,16 @@
 - ``GET runs/bulk/?action=cancel&<the page's filters>``, the confirm page: the filters,
   how many runs the action would change (counted up to ``COUNT_CAP``; past it "more
   than"), and a button;
-- ``POST runs/bulk/do/?<the same>``: the action, in batches (``store.bulk``), then back
-  to the runs list with ``bulk=<action>&count=<n>``, which the list turns into its
-  notice: a key and numbers, never text a URL could forge.
+- ``POST runs/bulk/do/?<the same>``: the action. Up to ``INLINE_LIMIT`` runs it is taken
+  in the request, in batches (``store.bulk``), then back to the runs list with
+  ``bulk=<action>&count=<n>``; more are handed to a background run of everystep itself
+  (``engine.bulk_run``), and the list says so with a link to that run
+  (``bulk=<action>&background=<run id>``). Either way the list's notice is made of a key,
+  numbers and a run id, never of text a URL could forge.
+
+The confirm page's form carries a fresh confirmation: the same form sent twice (a double
+click, a reload) acts once. The second POST finds the audit entry the first one made and
+goes back to what it did.
 
 The rules of the run page's actions (``actions.run_action``) hold: an active staff user
 holding the action's permission, checked for the page and again for the POST (also when
@@ -18,20 +25,24 @@ never widened.
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.html import format_html
 from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_POST
 
+from everystep.engine.bulk_run import NAME, hand_over
 from everystep.errors import EverystepError
+from everystep.models import AuditEntry
 from everystep.store import bulk
 from everystep.store.audit import Actor
 from everystep.store.reports import COUNT_CAP
 from everystep.ui import filters, log
 from everystep.ui.access import check_act, may_act, secured, ui_view
-from everystep.ui.actions import PERMISSIONS
+from everystep.ui.actions import PERMISSIONS, confirmation_key, new_confirmation
 
 # The action's verb, as a button says it and as the notice after it says it.
 VERBS = {
@@ -47,6 +58,9 @@ CHANGES = {
 }
 # Counts in a notice are at most this many digits (anyone can put anything in a URL).
 COUNT_DIGITS = 12
+# The most runs one POST acts on itself; more are handed to a background run, so no
+# request takes longer than a few hundred short batches' worth of work (issue 39).
+INLINE_LIMIT = 500
 
 
 def _may(user: Any, action: str) -> bool:
@@ -110,14 +124,40 @@ def offers(request: HttpRequest, asked: filters.RunsQuery) -> list[dict[str, str
 
 
 def done_notices(request: HttpRequest) -> list[str]:
-    """What the runs page says after a bulk action (``bulk``, ``count``, ``refused``)."""
+    """What the runs page says after a bulk action (``bulk``, then ``count`` and
+    ``refused``, or ``background``)."""
     action, done, refused = (request.GET.get(key, "") for key in ("bulk", "count", "refused"))
-    if action not in VERBS or not _number(done):
+    if action not in VERBS:
+        return []
+    background = _run_id(request.GET.get("background", ""))
+    if background is not None:
+        return [_background_notice(action, background)]
+    if not _number(done):
         return []
     said = f"{VERBS[action][1]} {int(done):,} run{'' if int(done) == 1 else 's'}."
     if _number(refused) and int(refused):
         said += f" {int(refused):,} could not be forked: fork one from its page to see why."
     return [said]
+
+
+def _background_notice(action: str, run_id: UUID) -> str:
+    return format_html(
+        "More than {} runs: a background run takes the {} batch by batch, {}. Its page "
+        "shows how far it got, and cancelling it there stops it; the audit page counts "
+        "the runs done.",
+        f"{INLINE_LIMIT:,}",
+        action,
+        format_html(
+            '<a href="{}">{} ({})</a>', reverse("everystep:run", args=[run_id]), run_id, NAME
+        ),
+    )
+
+
+def _run_id(text: str) -> UUID | None:
+    try:
+        return UUID(text) if len(text) == 36 else None
+    except ValueError:
+        return None
 
 
 def _number(text: str) -> bool:
@@ -145,6 +185,9 @@ def confirm(request: HttpRequest) -> HttpResponse:
         "filters": [] if run_filter is None else list(run_filter.as_json().items()),
         "matched": matched,
         "count_text": _count_text(matched),
+        "background": matched > INLINE_LIMIT,
+        "inline_limit": f"{INLINE_LIMIT:,}",
+        "confirm": new_confirmation(),
         "post_href": _link("everystep:bulk-do", action, asked.query),
         "back_href": _link("everystep:runs", "", asked.query),
     }
@@ -162,35 +205,65 @@ def _count_text(matched: int) -> str:
 @csrf_protect
 @require_POST
 def perform(request: HttpRequest) -> HttpResponse:
-    """Take the action on every run that matches, batch by batch, then go back to the
-    runs list, which says how many runs it changed."""
+    """Take the action on every run that matches, batch by batch, in the request or
+    (more than ``INLINE_LIMIT`` runs) in a background run, then go back to the runs
+    list, which says what was done."""
     action = _check(request)
     asked = filters.read(request, refresh=False)
     run_filter = None if _why_not(asked) else _run_filter(asked)
     if run_filter is None:  # the confirm page says why
         return HttpResponseRedirect(_link("everystep:bulk", action, asked.query))
+    # The form's confirmation; None for a POST without one (a script): it acts each time.
+    confirmation = confirmation_key(request.POST.get("confirm", ""), f"bulk_{action}")
+    sent = bulk.confirmed_entry(confirmation) if confirmation else None
+    if sent is not None:  # the same form again: back to what the first one did
+        return _back(asked, action, _sent_before(sent))
     actor = Actor.user(request.user)
-    done, refused = _take(action, run_filter, actor)
+    if bulk.count(run_filter, action, cap=INLINE_LIMIT) > INLINE_LIMIT:
+        run = hand_over(action, run_filter, actor, confirmation=confirmation)
+        _log(action, actor, run_filter, f"handed to the background run {run.id}", 0)
+        return _back(asked, action, {"background": str(run.id)})
+    done, refused = _take(action, run_filter, actor, confirmation)
+    _log(action, actor, run_filter, f"{done} run(s)", done)
+    result = {"count": str(done)} | ({"refused": str(refused)} if refused else {})
+    return _back(asked, action, result)
+
+
+def _back(asked: filters.RunsQuery, action: str, result: dict[str, str]) -> HttpResponseRedirect:
+    """To the runs list, whose notice says ``result``."""
+    return HttpResponseRedirect(_link("everystep:runs", "", asked.query, bulk=action, **result))
+
+
+def _sent_before(entry: AuditEntry) -> dict[str, str]:
+    """What the first POST of a confirmation did, as the runs list's notice says it."""
+    run = entry.detail.get("run") if isinstance(entry.detail, dict) else None
+    return {"background": str(run)} if run else {"count": str(entry.count)}
+
+
+def _log(action: str, actor: Actor, run_filter: bulk.RunFilter, what: str, count: int) -> None:
     log.info(
-        "bulk %s by %s (filter %s): %d run(s)",
+        "bulk %s by %s (filter %s): %s",
         action,
         actor.name,
         run_filter,
-        done,
-        extra={"event": f"ui.bulk_{action}", "user": actor.name, "count": done},
+        what,
+        extra={"event": f"ui.bulk_{action}", "user": actor.name, "count": count},
     )
-    result = {"bulk": action, "count": str(done)} | ({"refused": str(refused)} if refused else {})
-    return HttpResponseRedirect(_link("everystep:runs", "", asked.query, **result))
 
 
-def _take(action: str, run_filter: bulk.RunFilter, actor: Actor) -> tuple[int, int]:
-    """Runs changed, and runs refused (a fork's)."""
+def _take(
+    action: str, run_filter: bulk.RunFilter, actor: Actor, confirmation: str | None
+) -> tuple[int, int]:
+    """Runs changed, and runs refused (a fork's). With a confirmation, its audit entry
+    is made first: a second POST of the same form finds it."""
+    detail = {"confirmation": confirmation} if confirmation else None
+    entry = bulk.open_entry(action, actor, run_filter, detail=detail) if detail else None
     if action == "cancel":
-        return bulk.bulk_cancel(run_filter, actor), 0
+        return bulk.bulk_cancel(run_filter, actor, entry=entry), 0
     if action == "requeue":
-        return bulk.bulk_requeue(run_filter, actor), 0
+        return bulk.bulk_requeue(run_filter, actor, entry=entry), 0
     # Imported when used: the fork's replay machinery loads for a fork only.
     from everystep.engine.bulk_fork import bulk_fork
 
-    forked = bulk_fork(run_filter, actor)
+    forked = bulk_fork(run_filter, actor, entry=entry, confirmation=confirmation)
     return forked.forked, forked.refused
