@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import html as htmllib
 import re
+import signal
+import subprocess
 import time
+from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -27,6 +31,7 @@ from everystep.testing import crash_at, run_due
 from everystep.ui import bulk as ui_bulk
 from tests.staff import staff_user
 from tests.testapp import recovery_workflows as rwf
+from tests.workers import ROOT, worker_command, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -282,3 +287,43 @@ def test_a_post_without_a_confirmation_is_bounded_too(client, small_limit):
     assert tally() == {Status.SCHEDULED: 20}
     run_due()
     assert tally() == {Status.CANCELLED: 20}
+
+
+@pytest.fixture
+def worker(tmp_path: Path) -> Iterator[None]:
+    """A real worker subprocess (``everystep_worker``), stopped with SIGTERM."""
+    command = worker_command("bulk-bg", ["--pool", "2", "--poll", "0.05"])
+    with open(tmp_path / "worker.log", "wb") as out:
+        proc = subprocess.Popen(
+            command, cwd=ROOT, env=worker_env(), stdout=out, stderr=subprocess.STDOUT
+        )
+        try:
+            yield
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
+
+
+def test_a_worker_process_resolves_and_runs_the_built_in_workflow(client, small_limit, worker):
+    """A worker started on its own (everystep_worker) knows everystep.bulk_action from
+    the app's loading and takes the UI's background action to its end."""
+    make_runs(60)
+    operator(client, "cancel_workflow")
+    _, post, confirm = confirm_page(client, "cancel", workflow=NAME)
+    run_id = handed_to(client.post(post, {"confirm": confirm}))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        run = Workflow.objects.get(id=run_id)
+        if run.status not in (Status.SCHEDULED, Status.RUNNING):
+            break
+        time.sleep(0.05)
+    assert (run.status, run.result) == (
+        Status.COMPLETED,
+        {"action": "cancel", "count": 60, "refused": 0, "reasons": []},
+    )
+    assert tally() == {Status.CANCELLED: 60}
+    assert bulk_entries("cancel")[0].count == 60
