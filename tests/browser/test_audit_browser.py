@@ -1,6 +1,8 @@
 """The audit page in a real browser, against a demo of its own: an operator's cancel
 (``everystep_cancel``, run in the demo's database) and 55 more entries, so the trail has
-two pages of 50."""
+two pages of 50. The demo's UI is public, but the audit page names people and stays for
+signed-in staff: the test signs in first, after seeing the anonymous visitor sent to the
+login."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 from tests.browser.conftest import BrowserPage, axe_violations, demo_python, save_screenshot
 
 MORE = 55
+USER, PASSWORD = "auditor", "audit-trail-1"
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +26,8 @@ def cancelled(demo_url: str, demo_data: Path) -> str:
         "from django.core.management import call_command\n"
         "from everystep.models import Workflow\n"
         "from everystep.store import audit\n"
+        "from django.contrib.auth.models import User\n"
+        f"User.objects.create_superuser({USER!r}, '', {PASSWORD!r})\n"
         "run = Workflow.objects.create(name='demo.audit', status='blocked', args=[])\n"
         "call_command('everystep_cancel', str(run.id), stdout=open('/dev/null', 'w'))\n"
         "actor = audit.Actor('<b>ops</b>', 'ui')\n"
@@ -45,6 +50,12 @@ def test_the_audit_page_lists_the_cancel_and_passes_axe(
     page.goto(ui.url("/"))
     with page.expect_navigation():
         page.locator("header.es-header nav a", has_text="Audit").click()
+    # Anonymous in a public UI: the trail is not shown, the login is (issue 39).
+    expect()(page.get_by_label("Username")).to_be_visible()
+    page.get_by_label("Username").fill(USER)
+    page.get_by_label("Password").fill(PASSWORD)
+    with page.expect_navigation():
+        page.get_by_label("Password").press("Enter")
     expect()(page).to_have_title("Audit · everystep")
     rows = page.locator("table.es-table > tbody > tr")
     expect()(rows).to_have_count(50)
