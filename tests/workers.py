@@ -5,6 +5,7 @@ process (``worker_on_thread``)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -46,6 +47,29 @@ def worker_env(extra_path: str | None = None) -> dict[str, str]:
 def worker_command(name: str, args: list[str]) -> list[str]:
     """``manage.py everystep_worker --name NAME ARGS…`` with this interpreter."""
     return [sys.executable, str(ROOT / "manage.py"), "everystep_worker", "--name", name, *args]
+
+
+@contextmanager
+def worker_process(name: str, args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A real worker subprocess (``worker_command``) writing to ``log`` while the block
+    runs; then stopped with SIGTERM (killed if it has not exited within a minute)."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            worker_command(name, args),
+            cwd=ROOT,
+            env=worker_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            yield proc
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
 
 
 def manage(

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import html as htmllib
 import re
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -31,7 +29,7 @@ from everystep.testing import crash_at, run_due
 from everystep.ui import bulk as ui_bulk
 from tests.staff import staff_user
 from tests.testapp import recovery_workflows as rwf
-from tests.workers import ROOT, worker_command, worker_env
+from tests.workers import worker_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -292,20 +290,8 @@ def test_a_post_without_a_confirmation_is_bounded_too(client, small_limit):
 @pytest.fixture
 def worker(tmp_path: Path) -> Iterator[None]:
     """A real worker subprocess (``everystep_worker``), stopped with SIGTERM."""
-    command = worker_command("bulk-bg", ["--pool", "2", "--poll", "0.05"])
-    with open(tmp_path / "worker.log", "wb") as out:
-        proc = subprocess.Popen(
-            command, cwd=ROOT, env=worker_env(), stdout=out, stderr=subprocess.STDOUT
-        )
-        try:
-            yield
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
+    with worker_process("bulk-bg", ["--pool", "2", "--poll", "0.05"], tmp_path / "worker.log"):
+        yield
 
 
 def test_a_worker_process_resolves_and_runs_the_built_in_workflow(client, small_limit, worker):

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,7 +29,7 @@ from everystep.errors import EverystepError, WaitTimeout
 from everystep.models import FINAL_STATUSES, Published, Status, Workflow
 from everystep.testing import run_due
 from tests.testapp import progress_workflows as pw
-from tests.workers import ROOT, worker_command, worker_env
+from tests.workers import worker_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -96,20 +94,8 @@ def polling(run: Any) -> Callable[[], None]:
 @pytest.fixture
 def worker(tmp_path: Path) -> Iterator[None]:
     """A real worker subprocess (``everystep_worker``) for the test."""
-    command = worker_command("progress", ["--pool", "4", "--poll", "0.05"])
-    with open(tmp_path / "worker.log", "wb") as out:
-        proc = subprocess.Popen(
-            command, cwd=ROOT, env=worker_env(), stdout=out, stderr=subprocess.STDOUT
-        )
-        try:
-            yield
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
+    with worker_process("progress", ["--pool", "4", "--poll", "0.05"], tmp_path / "worker.log"):
+        yield
 
 
 # -- a reader while the run goes -----------------------------------------------------------
