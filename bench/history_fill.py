@@ -340,17 +340,24 @@ def settle(timeout: float = 120.0) -> None:
 
 def empty_tables() -> None:
     """Remove the history (and everything else) quickly, as a fresh database has it."""
+    from django.apps import apps
     from django.db import connection
 
+    # Every everystep table but the runners': the ones that reference the runs (steps,
+    # events, waits, published values, audit entries) go with them, or PostgreSQL refuses
+    # the TRUNCATE and SQLite's foreign keys the DELETE. Children first, the runs last.
+    models = apps.get_app_config("everystep").get_models()
+    runs = apps.get_model("everystep", "Workflow")._meta.db_table
+    tables = [m._meta.db_table for m in models if m._meta.model_name not in ("runner", "workflow")]
+    tables.append(runs)
     statements = {
-        "postgresql": ["TRUNCATE everystep_step, everystep_workflow"],
+        "postgresql": [f"TRUNCATE {', '.join(tables)}"],
         "mysql": [
             "SET foreign_key_checks = 0",
-            "TRUNCATE TABLE everystep_step",
-            "TRUNCATE TABLE everystep_workflow",
+            *(f"TRUNCATE TABLE {table}" for table in tables),
             "SET foreign_key_checks = 1",
         ],
-        "sqlite": ["DELETE FROM everystep_step", "DELETE FROM everystep_workflow", "VACUUM"],
+        "sqlite": [*(f"DELETE FROM {table}" for table in tables), "VACUUM"],
     }[connection.vendor]
     with connection.cursor() as cursor:
         for statement in statements:

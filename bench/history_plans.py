@@ -251,13 +251,15 @@ def generic_plan(sql: str, params: Any) -> str:
 
     numbered = iter(range(1, sql.count("%s") + 1))
     prepared = re.sub("%s", lambda _: f"${next(numbered)}", sql)
-    marks = ", ".join(["%s"] * len(params))
+    # A statement without parameters (the idle poll's) is executed without an argument
+    # list: ``EXECUTE name()`` is a syntax error, and Django passes ``None`` for params.
+    marks = f"({', '.join(['%s'] * len(params))})" if params else ""
 
     def run() -> list[Any]:
         execute("SET LOCAL plan_cache_mode = force_generic_plan", None)
         execute(f"PREPARE everystep_probe AS {prepared}", None)
         try:
-            return execute(f"EXPLAIN (ANALYZE, BUFFERS) EXECUTE everystep_probe({marks})", params)
+            return execute(f"EXPLAIN (ANALYZE, BUFFERS) EXECUTE everystep_probe{marks}", params)
         finally:
             execute("DEALLOCATE everystep_probe", None)
 
@@ -347,8 +349,12 @@ def record_plans(args: argparse.Namespace) -> list[Probe]:
     since = runs.id_floor()
     runs.schedule_runs(bench_three, 5)
     fresh_id = Workflow.objects.filter(id__gte=since).order_by("id").values_list("id", flat=True)[0]
+    # The newest run of the rarest name (PROBE_NAME is the highest name); a tiny history
+    # (the smoke run's) may hold none of it, and then a run of the rarest name it has.
     history_id = (
-        Workflow.objects.filter(name=PROBE_NAME).order_by("-id").values_list("id", flat=True)[0]
+        Workflow.objects.filter(name__startswith=NAME_PREFIX)
+        .order_by("-name", "-id")
+        .values_list("id", flat=True)[0]
     )
     stale = timezone.now() - timedelta(days=1)
     Runner.objects.bulk_create(
