@@ -28,7 +28,8 @@ A run's life, in the order it meets them:
 
 What operators read and do:
 
-- ``reports``: read-only queries (operators, metrics, health, UI) and pruning;
+- ``reports``: read-only queries (operators, metrics, health, UI);
+- ``prune``: deleting old finished runs, batch by batch;
 - ``step_pages``: the steps of one run as the run page pages them;
 - ``lineage``: a run's forks, the run it was forked from and the runs forked from it;
 - ``bulk``: bulk cancel and requeue by filter, and the batches bulk fork walks;

@@ -1,4 +1,4 @@
-"""Read-only queries for operators, metrics, health and the UI, and pruning.
+"""Read-only queries for operators, metrics, health and the UI (pruning: ``prune``).
 
 ``cutoff`` arguments are aware datetimes.
 """
@@ -14,8 +14,8 @@ from uuid import UUID
 from django.db.models import Count
 from django.utils import timezone
 
-from everystep.models import AuditEntry, Status, Step, Workflow, WorkflowQuerySet
-from everystep.store import audit, database
+from everystep.models import Status, Step, Workflow, WorkflowQuerySet
+from everystep.store import database
 from everystep.store.events import waiting_count
 from everystep.times import aware
 
@@ -267,56 +267,6 @@ def run_wait(run: Workflow, now: datetime | None = None) -> WaitReport | None:
 def run_steps(run_id: UUID | str) -> list[Step]:
     """Every recorded step of a run, in the order they started."""
     return list(Step.objects.filter(workflow_id=run_id).order_by("started_at", "step_id"))
-
-
-def _prunable(cutoff: Any, statuses: list[str]) -> dict[str, Any]:
-    from everystep.models import FINAL_STATUSES
-
-    # Final statuses only, whatever the caller asks: a scheduled, running or blocked run
-    # still has work (or a human decision) ahead of it.
-    final = [status for status in statuses if status in FINAL_STATUSES]
-    return {"status__in": final, "completed_at__lt": cutoff}
-
-
-def prunable_counts(cutoff: Any, statuses: list[str]) -> dict[str, int]:
-    """How many runs ``prune_batch`` would delete, per status."""
-    due = Workflow.objects.filter(**_prunable(cutoff, statuses))
-    return {status: due.filter(status=status).count() for status in statuses}
-
-
-def prunable_sample(cutoff: Any, statuses: list[str], limit: int = 20) -> list[Workflow]:
-    """The first ``limit`` runs (oldest ids first) ``prune_batch`` would delete."""
-    due = Workflow.objects.filter(**_prunable(cutoff, statuses)).order_by("id")
-    return list(due.only("id", "name", "status", "completed_at")[:limit])
-
-
-def prune_batch(
-    cutoff: Any, statuses: list[str], batch_size: int, *, entry: AuditEntry | None = None
-) -> tuple[int, int]:
-    """Delete up to ``batch_size`` final runs completed before ``cutoff`` (oldest ids
-    first) and their steps, in one short transaction. Returns ``(runs, steps)`` deleted;
-    ``(0, 0)`` once nothing is left. The runs' own audit entries go with them (the
-    ORM's cascade); ``entry``, the prune's own, counts up in the same transaction."""
-    due = Workflow.objects.filter(**_prunable(cutoff, statuses)).order_by("id")
-    with database.atomic():
-        if database.connection().vendor == "sqlite":
-            # Write first: the DELETE takes SQLite's write lock before anything is read,
-            # and holding it keeps the batch the same for the second statement. A read
-            # that later turns into a write fails at once if a worker wrote meanwhile.
-            batch = due.values("id")[:batch_size]
-            steps, _ = Step.objects.filter(workflow_id__in=batch).delete()
-            ids = list(due.values_list("id", flat=True)[:batch_size])
-        else:
-            # MariaDB cannot LIMIT inside IN (…), so lock the batch's ids and delete by list.
-            ids = list(due.select_for_update().values_list("id", flat=True)[:batch_size])
-            steps, _ = Step.objects.filter(workflow_id__in=ids).delete()
-        if not ids:
-            return 0, steps
-        _, deleted = Workflow.objects.filter(id__in=ids).delete()
-        runs = deleted.get(Workflow._meta.label, 0)
-        if entry is not None:
-            audit.add_count(entry, runs)
-    return runs, steps
 
 
 # The UI's read-only queries (everystep.ui.views); list_runs and run_steps above serve it

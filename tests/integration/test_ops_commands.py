@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from everystep.models import FINAL_STATUSES, Step, Workflow
-from everystep.store.reports import prune_batch
+from everystep.store.prune import prune_batch
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -88,17 +88,17 @@ def test_prune_batch_takes_oldest_ids_first_and_is_bounded():
     """prune_batch deletes at most batch_size runs, lowest ids first, then reports (0, 0)."""
     runs = [make_run("completed", days_ago=5, steps=2) for _ in range(5)]
     cutoff = timezone.now() - timedelta(days=2)
-    assert prune_batch(cutoff, ["completed"], 3) == (3, 6)
+    assert prune_batch(cutoff, ["completed"], 3) == (3, 6, runs[2].id)
     assert surviving() == {runs[3].id, runs[4].id}
-    assert prune_batch(cutoff, ["completed"], 3) == (2, 4)
-    assert prune_batch(cutoff, ["completed"], 3) == (0, 0)
+    assert prune_batch(cutoff, ["completed"], 3) == (2, 4, runs[4].id)
+    assert prune_batch(cutoff, ["completed"], 3) == (0, 0, None)
 
 
 def test_prune_batch_never_deletes_non_final_statuses():
     """Even asked for them directly, the store refuses to prune non-final runs."""
     runs = [make_run(s, days_ago=5, steps=1) for s in ("scheduled", "running", "blocked")]
     cutoff = timezone.now() - timedelta(days=2)
-    assert prune_batch(cutoff, ["scheduled", "running", "blocked"], 10) == (0, 0)
+    assert prune_batch(cutoff, ["scheduled", "running", "blocked"], 10) == (0, 0, None)
     assert surviving() == {run.id for run in runs}
 
 

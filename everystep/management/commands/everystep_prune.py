@@ -15,7 +15,7 @@ from everystep.management.commands._base import EverystepCommand
 from everystep.models import FINAL_STATUSES, AuditEntry
 from everystep.store import audit
 from everystep.store.audit import Actor
-from everystep.store.reports import prunable_counts, prunable_sample, prune_batch
+from everystep.store.prune import prunable_counts, prunable_sample, prune_batch
 
 logger = logging.getLogger("everystep.ops")
 
@@ -98,8 +98,9 @@ class Command(EverystepCommand):
         # One transaction per batch, so locks are held for one batch at a time and a
         # worker writing meanwhile never waits behind the whole prune.
         total_runs = total_steps = batches = 0
+        after = None
         while True:
-            runs, steps = prune_batch(cutoff, statuses, batch_size, entry=entry)
+            runs, steps, after = prune_batch(cutoff, statuses, batch_size, after=after, entry=entry)
             if not runs:
                 break
             batches += 1
