@@ -6,7 +6,8 @@ The package, in layers that import downwards only (``tests/unit/test_layers.py``
 
 - foundations: ``values``, ``errors``, ``options`` (the worker's options, declared once),
   ``signals``, ``tallies``, ``tracing``, ``safe_text``, ``serde`` (stored values),
-  ``stored_errors`` (stored exceptions), ``failure_detail`` (stored tracebacks),
+  ``stored_errors`` (stored exceptions), ``stored_types`` (the classes a stored value
+  may name), ``failure_detail`` (stored tracebacks),
   ``wait_words``, ``times``, ``registry``, ``conf`` (settings), ``checks`` (system checks);
 - ``models`` (tables, status transitions, the fencing rule) and ``migrations``;
 - ``store/``: every query and write;
@@ -44,6 +45,7 @@ __all__ = [
     "patched",
     "publish",
     "published",
+    "register_type",
     "result",
     "schedule",
     "send",
@@ -55,7 +57,7 @@ __all__ = [
     "watch",
     "workflow",
 ]
-_API = set(__all__) - {"Terminal"}
+_API = set(__all__) - {"Terminal", "register_type"}
 
 if TYPE_CHECKING:
     from everystep.api import (
@@ -87,6 +89,7 @@ if TYPE_CHECKING:
         workflow,
     )
     from everystep.errors import Terminal
+    from everystep.stored_types import register_type
 
 
 def __getattr__(name: str) -> Any:
@@ -94,6 +97,10 @@ def __getattr__(name: str) -> Any:
         from everystep.errors import Terminal
 
         return Terminal
+    if name == "register_type":
+        from everystep.stored_types import register_type
+
+        return register_type
     if name in _API:
         from everystep import api
 

@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
-from everystep import registry, safe_text, serde
+from everystep import registry, safe_text, serde, stored_types
 from everystep.errors import EverystepError
 from everystep.registry import StepDef, WorkflowDef
 from everystep.task_framework import framework_of
@@ -113,6 +113,7 @@ def step(fn: Any = None, /, *, unsafe_to_repeat: bool = False, atomic: bool = Fa
             atomic,
             is_async,
         )
+        stored_types.add_step_function(func)  # its code names the types it may store
 
         @functools.wraps(func)
         def call(*args: Any, everystep_id: str | None = None, **kwargs: Any) -> Any:

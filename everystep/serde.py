@@ -24,7 +24,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import enum
-import importlib
 import json
 import math
 import re
@@ -34,6 +33,7 @@ from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from everystep import stored_types
 from everystep.errors import EverystepError
 from everystep.safe_text import UNSTORABLE, escape_char
 
@@ -72,23 +72,6 @@ def _needs_escape(text: str) -> bool:
 def qualified_name(obj: Any) -> str:
     """``module.Qualname`` of a class or function: the name stored in the database."""
     return f"{obj.__module__}.{obj.__qualname__}"
-
-
-def import_qualified(path: str) -> Any:
-    """Resolve ``module.Qual.Name`` back to the object, trying the longest module prefix."""
-    parts = path.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            target: Any = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        try:
-            for attr in parts[cut:]:
-                target = getattr(target, attr)
-        except AttributeError:
-            return None
-        return target
-    return None
 
 
 def encode(value: Any, where: str = "value") -> Any:
@@ -154,13 +137,15 @@ def _encode_str(value: str, where: str, depth: int) -> Any:
 
 
 def _encode_enum(value: enum.Enum, where: str, depth: int) -> dict[str, Any]:
-    # Stored by member name: any member value works, and the class must be importable
-    # by its qualified name or the value could never be read back.
+    # Stored by member name: any member value works. The class must be found by its
+    # qualified name in an imported module (not __main__) or no process could read the
+    # value back; storing it also allows this process to rebuild it.
     cls_name = qualified_name(type(value))
-    if import_qualified(cls_name) is not type(value):
+    if not stored_types.remember(type(value)):
         raise EverystepError(
             f"cannot serialize enum member {value!r} at {where}: its class {cls_name} cannot "
-            "be imported by that name (define enums at module level)"
+            "be imported by that name (define enums at module level, in an importable "
+            "module, not in __main__)"
         )
     _nested(where, depth + 1)
     return {TAG: "enum", "cls": cls_name, "name": _encode_str(value.name, where, depth + 1)}
@@ -255,10 +240,7 @@ def decode(data: Any) -> Any:
 
 def _decode_tagged(tag: str, data: dict[str, Any]) -> Any:
     if tag == "enum":
-        cls = import_qualified(data["cls"])
-        if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
-            raise EverystepError(f"stored enum class {data['cls']!r} cannot be imported")
-        return cls[decode(data["name"])]
+        return _decode_enum(data)
     raw = data["v"]
     if tag == "str":
         return _unescape(raw)
@@ -281,6 +263,18 @@ def _decode_tagged(tag: str, data: dict[str, Any]) -> Any:
     if tag == "bytes":
         return base64.b64decode(raw)
     raise EverystepError(f"unknown serialization tag {tag!r}")
+
+
+def _decode_enum(data: dict[str, Any]) -> Any:
+    """The member a stored enum names, if its class is allowed (``stored_types``) and has
+    that member; else the stored tagged dict as it is, so an unknown class named in a
+    row neither imports its module nor fails the work that reads the value."""
+    cls = stored_types.resolve_enum(data.get("cls"))
+    name = decode(data.get("name"))
+    if cls is not None and isinstance(name, str) and name in cls.__members__:
+        return cls.__members__[name]
+    stored_types.warn_unknown("enum", data.get("cls"), "its stored form")
+    return data
 
 
 def _in_zone(value: dt.datetime, zone: ZoneInfo) -> dt.datetime:

@@ -2,8 +2,10 @@
 a step's failure, a run's, an awaited run's.
 
 The stored form is ``{type, message, args}`` plus a bounded ``traceback``; rebuilding
-imports the type by its qualified name and calls it with the decoded args, falling back
-to ``StepFailure`` carrying the message when that type is gone or will not take them.
+looks the type up by its qualified name in the allow-list (``everystep.stored_types``:
+nothing is imported) and calls it with the decoded args, falling back to
+``StepFailure`` carrying the message when that type is not allowed here, is gone or will
+not take them.
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from everystep import failure_detail
+from everystep import failure_detail, stored_types
 from everystep.errors import EverystepError, StepFailure
 from everystep.safe_text import printable
-from everystep.serde import decode, encode_nested, import_qualified, qualified_name
+from everystep.serde import decode, encode_nested, qualified_name
 
 # The message and the args of a stored exception, at most this many bytes each (UTF-8;
 # the args as JSON), as the traceback is bounded: a 2 MB message was stored whole, on the
@@ -29,6 +31,9 @@ def encode_error(exc: BaseException) -> dict[str, Any]:
     args' long strings; args still past it are not stored (``args: null``), and a replay
     then rebuilds a ``StepFailure`` carrying the message, as the live pass sees it too
     (``engine.step_run.failed_outcome``)."""
+    # The process has the type in hand: a replay here rebuilds it (a local or __main__
+    # class is not remembered, and comes back as a StepFailure in every process).
+    stored_types.remember(type(exc))
     error = {
         "type": printable(qualified_name(type(exc))),
         "message": _cut(printable(str(exc))),
@@ -82,9 +87,11 @@ def decode_error(data: dict[str, Any]) -> BaseException:
 
 
 def _rebuild_error(data: dict[str, Any]) -> BaseException:
-    cls = import_qualified(data["type"])
+    cls = stored_types.resolve_error(data["type"])
+    if cls is None:
+        stored_types.warn_unknown("exception type", data["type"], "a StepFailure")
     args = data.get("args")
-    if isinstance(cls, type) and issubclass(cls, Exception) and args is not None:
+    if cls is not None and issubclass(cls, Exception) and args is not None:
         try:
             return cls(*decode(args))
         except Exception:  # any constructor signature we cannot satisfy

@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "everystep.safe_text",
             "everystep.serde",
             "everystep.stored_errors",
+            "everystep.stored_types",
             "everystep.failure_detail",
             "everystep.wait_words",
             "everystep.times",

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import everystep
-from everystep import api, context, errors, registry
+from everystep import api, context, errors, registry, stored_types
 from everystep.errors import EverystepError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -69,6 +69,7 @@ def test_public_names_are_exported() -> None:
         "patched",
         "publish",
         "published",
+        "register_type",
         "result",
         "schedule",
         "send",
@@ -87,6 +88,7 @@ def test_public_names_are_exported() -> None:
 def test_public_names_resolve_to_the_api_objects() -> None:
     """Each lazily exported name is the object defined in api / errors."""
     assert everystep.Terminal is errors.Terminal
+    assert everystep.register_type is stored_types.register_type
     assert everystep.workflow is api.workflow
     assert everystep.step is api.step
     assert everystep.parallel is api.parallel

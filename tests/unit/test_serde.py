@@ -325,10 +325,17 @@ def test_unknown_tag_is_refused_on_decode() -> None:
         serde.decode({"__es__": "nope", "v": 1})
 
 
-def test_enum_class_that_cannot_be_imported_is_refused_on_decode() -> None:
-    """A stored enum whose class path no longer resolves raises EverystepError."""
-    with pytest.raises(EverystepError, match="no_such_module_es"):
-        serde.decode({"__es__": "enum", "cls": "no_such_module_es.Color", "v": "red"})
+def test_enum_class_that_is_not_allowed_comes_back_in_its_stored_form() -> None:
+    """A stored enum whose class is not allowed here is the stored tagged dict as it is."""
+    data = {"__es__": "enum", "cls": "no_such_module_es.Color", "name": "RED"}
+    assert serde.decode(data) == data
+    assert serde.decode([data]) == [data]
+
+
+def test_enum_member_that_is_gone_comes_back_in_its_stored_form() -> None:
+    """A stored member name the allowed class no longer has is its stored form too."""
+    data = {"__es__": "enum", "cls": f"{__name__}.Color", "name": "PURPLE"}
+    assert serde.decode(data) == data
 
 
 # --- exceptions --------------------------------------------------------------------------
