@@ -1,4 +1,5 @@
-"""Workflow and step definitions, and the process-wide registry of workflow names."""
+"""Workflow and step definitions, the process-wide registry of workflow names, and that
+of the Django ``@task`` objects defined for an everystep backend."""
 
 from __future__ import annotations
 
@@ -110,3 +111,26 @@ def registered_names() -> list[str]:
 def workflow_def(fn: Any) -> WorkflowDef | None:
     """The definition attached to a ``@workflow`` function, or None."""
     return getattr(fn, "__everystep_workflow__", None)
+
+
+# Django ``Task`` objects an everystep backend validated in this process, by name (their
+# ``module_path``). Django's ``Task`` validates itself against its backend when it is
+# defined (``__post_init__``), and ``EverystepBackend.validate_task`` records it here: a
+# task run's name resolves only to one of these, so what a worker can run is what its own
+# start-up defined, never what a row names (``everystep.engine.task_runs``).
+_tasks: dict[str, Any] = {}
+
+
+def register_task(task: Any) -> None:
+    """Record ``task``, a ``Task`` an everystep backend has validated. A ``.using()`` copy
+    (the same function) keeps the task as its module defined it; a module imported afresh
+    defines a new function, which replaces it."""
+    with _lock:
+        existing = _tasks.get(task.module_path)
+        if existing is None or existing.func is not task.func:
+            _tasks[task.module_path] = task
+
+
+def registered_task(name: str) -> Any:
+    """The ``Task`` an everystep backend validated under ``name`` in this process, or None."""
+    return _tasks.get(name)

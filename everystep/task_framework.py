@@ -13,14 +13,27 @@ from typing import Any
 # The packages that define the framework: Django 6 itself, and the backport.
 FRAMEWORKS = ("django.tasks", "django_tasks")
 
+# The attribute an everystep backend class carries, so the engine and the app's start-up
+# recognise one without importing ``everystep.tasks`` (an edge module).
+BACKEND_MARK = "everystep_backend"
+
 
 def framework_of(obj: Any) -> str | None:
     """The framework package (``FRAMEWORKS``) whose ``Task`` ``obj`` is, or None."""
+    # ``type(obj)``, not ``isinstance``: isinstance reads ``obj.__class__``, which runs
+    # code on an object that defines it (a lazily imported module imports itself then),
+    # and ``obj`` may be anything a module holds under a name a run's row gave.
+    kind = type(obj)
     for package in FRAMEWORKS:
         task_class = getattr(sys.modules.get(f"{package}.base"), "Task", None)
-        if isinstance(task_class, type) and isinstance(obj, task_class):
+        if isinstance(task_class, type) and issubclass(kind, task_class):
             return package
     return None
+
+
+def is_everystep_backend(backend: Any) -> bool:
+    """Whether ``backend`` (a task backend, or its class) is everystep's."""
+    return getattr(backend, BACKEND_MARK, False) is True
 
 
 def framework_module(task: Any, name: str) -> ModuleType:

@@ -6,10 +6,12 @@
 ``task.enqueue()`` inserts a run in the caller's transaction, as ``schedule()`` does; a
 worker runs the task function as the run's workflow body, so ``@step`` calls inside it are
 recorded and served on replay. ``get_result()`` reads the run back as a ``TaskResult``
-(``everystep.engine.task_runs`` holds the mapping). No registration: the worker resolves
-a task run's name when it claims it, only to a ``@task`` of this backend. A TASKS entry
-naming it with keys or OPTIONS it does not know is a system check error
-(``everystep.checks``).
+(``everystep.engine.task_runs`` holds the mapping). Nothing to register by hand: Django's
+``Task`` validates itself against its backend as it is defined, and this backend records
+it then (``everystep.registry``). A worker resolves a task run's name only to a task
+recorded so, which its start-up defined (every installed app's ``tasks`` module is
+imported then: ``everystep.apps``). A TASKS entry naming it with keys or OPTIONS it does
+not know is a system check error (``everystep.checks``).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from everystep.task_framework import framework_module
 class EverystepBackend(BaseTaskBackend):
     """Django ``@task`` functions run as durable everystep workflows."""
 
-    # Recognised by the worker without importing this module (``task_runs.BACKEND_MARK``).
+    # Recognised by the worker without importing this module (``task_framework.BACKEND_MARK``).
     everystep_backend = True
 
     supports_defer = True
@@ -53,6 +55,12 @@ class EverystepBackend(BaseTaskBackend):
     supports_async_task = True
     # Runs are claimed in due order; the seeds chose no priorities.
     supports_priority = False
+
+    def validate_task(self, task: Any) -> None:
+        """Django's checks of ``task``, then ``task`` recorded as one a worker may run
+        (``Task.__post_init__`` calls this as the task is defined, ``.using()`` too)."""
+        super().validate_task(task)
+        registry.register_task(task)
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         """Insert a run of ``task(*args, **kwargs)`` in the current transaction on

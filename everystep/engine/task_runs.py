@@ -3,19 +3,19 @@ finds the task a run names, the task function as the run's workflow body, and th
 read back as Django's ``TaskResult``.
 
 A task run is an ordinary run whose ``name`` is the task's ``module_path``, whose
-``queue`` is set, and whose stored arguments are ``[args, kwargs]``. Its name is resolved
+``queue`` is set, and whose stored arguments are ``[args, kwargs]``. Its name resolves
 only to a ``Task`` of Django's task framework (Django 6's ``django.tasks`` or the
-``django_tasks`` backport) configured for an everystep backend: any other object is
-refused, and nothing found under the name is called. A module is imported for the name
-only if it is already imported or belongs to the project (an installed app's package, the
-settings' package, ``EVERYSTEP_WORKFLOW_MODULES``), so a row cannot make a worker import
-an arbitrary module either.
+``django_tasks`` backport) that an everystep backend validated in this process (recorded
+in ``everystep.registry`` as the task was defined): any other object is refused, and
+nothing found under the name is called. Nothing is imported for a name either: a worker
+knows the tasks of the modules its start-up imported (every installed app's ``tasks``
+and ``workflows`` modules, ``EVERYSTEP_WORKFLOW_MODULES``; ``everystep.apps``), and a
+module's attribute is read from its ``__dict__``, so a module ``__getattr__`` never runs.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import logging
 import sys
@@ -23,58 +23,55 @@ from datetime import datetime
 from types import ModuleType
 from typing import Any
 
-from everystep import conf, serde
+from everystep import registry, serde
 from everystep.engine.pass_state import current_frame
 from everystep.errors import EverystepError
 from everystep.models import Status, Workflow
 from everystep.registry import WorkflowDef
 from everystep.store.runs import get_run
 from everystep.store.task_attempts import begin_attempt
-from everystep.task_framework import framework_module, framework_of
+from everystep.task_framework import framework_module, framework_of, is_everystep_backend
 from everystep.values import Claim
 
 logger = logging.getLogger("everystep.run")
 
-# The attribute an everystep backend carries, so the engine can recognise one without
-# importing ``everystep.tasks`` (an edge module).
-BACKEND_MARK = "everystep_backend"
+# How a task becomes known to a worker, for the messages of names that are not.
+_HOW_TO_KNOW = (
+    "a worker imports no module for a run: it knows the @task functions of the modules "
+    "imported as Django starts, every installed app's tasks.py and workflows.py and the "
+    "modules listed in EVERYSTEP_WORKFLOW_MODULES (define the task in one of those)"
+)
 
 
-def _project_packages() -> set[str]:
-    """The top-level packages a task may be imported from: the installed apps', the
-    settings', and those of ``EVERYSTEP_WORKFLOW_MODULES``."""
-    from django.apps import apps
-    from django.conf import settings
-
-    names = [config.name for config in apps.get_app_configs()]
-    names.append(getattr(settings, "SETTINGS_MODULE", None) or "")
-    names.extend(conf.workflow_modules()[0])
-    return {name.partition(".")[0] for name in names if name}
-
-
-def _module(module_name: str) -> ModuleType:
-    # Through ``import_module`` even when the module is in ``sys.modules``: another pool
-    # thread may be importing it right now, and only the import system waits for that
-    # import to finish (``sys.modules`` alone hands out a half-run module).
-    if module_name not in sys.modules and module_name.partition(".")[0] not in _project_packages():
+def _attribute(module_name: str, attribute: str, registered: Any) -> Any:
+    """What module ``module_name`` holds under ``attribute`` now, read without running
+    any code of the module's; ``registered`` where it holds nothing under it."""
+    module = sys.modules.get(module_name)
+    if module is None:
+        if registered is not None:
+            return registered
         raise EverystepError(
-            f"module {module_name!r} is not imported and is not part of the project (an "
-            "installed app's package, the settings' package or EVERYSTEP_WORKFLOW_MODULES), "
-            "so it is not imported for a run"
+            f"module {module_name!r} is not imported and is not part of the project as "
+            f"this process started it: {_HOW_TO_KNOW}"
         )
     try:
-        return importlib.import_module(module_name)
-    except Exception as exc:
-        raise EverystepError(
-            f"module {module_name!r} cannot be imported ({type(exc).__name__}: {exc})"
-        ) from exc
+        # ``object.__getattribute__``: a module type of its own (a lazy loader's) runs
+        # code on any attribute read, ``__dict__`` included; and never ``getattr`` on
+        # the module, which calls a module ``__getattr__``.
+        namespace = object.__getattribute__(module, "__dict__")
+    except AttributeError:
+        namespace = {}
+    # Not set while its module is still being imported on another thread: the task the
+    # decorator has already recorded is the one it is about to set.
+    return namespace.get(attribute, registered) if isinstance(namespace, dict) else registered
 
 
 def _find_task(name: str) -> Any:
     module_name, _, attribute = name.rpartition(".")
     if not module_name:
         raise EverystepError("it is not a dotted path (module.function)")
-    found: Any = getattr(_module(module_name), attribute, None)
+    registered = registry.registered_task(name)
+    found = _attribute(module_name, attribute, registered)
     if framework_of(found) is None:
         what = "nothing" if found is None else f"a {type(found).__qualname__}"
         raise EverystepError(
@@ -83,11 +80,15 @@ def _find_task(name: str) -> Any:
         )
     if found.module_path != name:
         raise EverystepError(f"{name!r} names the task {found.module_path}, not itself")
+    if registered is None:
+        raise EverystepError(
+            f"{name!r} is a @task no everystep backend validated in this process: {_HOW_TO_KNOW}"
+        )
     try:
         backend = found.get_backend()
     except Exception as exc:  # an alias TASKS no longer has
         raise EverystepError(f"task {name}'s backend {found.backend!r}: {exc}") from exc
-    if not getattr(backend, BACKEND_MARK, False):
+    if not is_everystep_backend(backend):
         raise EverystepError(
             f"task {name} is configured for the backend {found.backend!r} "
             f"({type(backend).__module__}.{type(backend).__qualname__}), not everystep's"
@@ -95,27 +96,13 @@ def _find_task(name: str) -> Any:
     return found
 
 
-# What each name resolved to: the module it was found in and the task. Served again only
-# while that module is still imported and still holds that task, so a module imported
-# afresh (a reload, a test running a page's code twice) is resolved afresh.
-_tasks: dict[str, tuple[ModuleType, Any]] = {}
-
-
 def task_named(name: str) -> Any:
     """The ``Task`` a task run named ``name`` runs; ``EverystepError`` saying why when
-    the name names none (nothing under it is called)."""
-    module_name, _, attribute = name.rpartition(".")
-    known = _tasks.get(name)
-    if known is not None:
-        module, task = known
-        if sys.modules.get(module_name) is module and getattr(module, attribute, None) is task:
-            return task
+    the name names none (nothing under it is called, no module is imported for it)."""
     try:
-        task = _find_task(name)
+        return _find_task(name)
     except EverystepError as exc:
         raise EverystepError(f"not a task everystep can run: {exc}") from None
-    _tasks[name] = (sys.modules[module_name], task)
-    return task
 
 
 def task_definition(name: str) -> WorkflowDef:
@@ -144,8 +131,6 @@ def _definition_of(name: str, task: Any) -> WorkflowDef:
 def definition(name: str) -> WorkflowDef | None:
     """The workflow definition of runs named ``name`` in this process: a ``@workflow``,
     or a task run's; None if it is neither (the reason: ``task_named(name)``)."""
-    from everystep import registry
-
     found = registry.lookup(name)
     if found is not None:
         return found

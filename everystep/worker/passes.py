@@ -46,7 +46,11 @@ def _is_async(held: Claim) -> bool:
         return False
     try:
         defn = task_runs.definition(held.workflow)
-    except Exception:  # the pass meets it again on its thread, and reports the crash
+    except BaseException:
+        # The pass meets it again on its pool thread, whose future keeps what it raised
+        # for ``reap`` to fail the run. Here, on the claim loop's thread, even a
+        # SystemExit must not end the worker: the run would be claimed again after each
+        # restart, never reaching the recovery limit checked in its pass.
         return False
     return defn is not None and defn.is_async
 
