@@ -374,6 +374,9 @@ class AuditEntry(EverystepModel):
     reason = models.TextField(blank=True, default="")
     # What else the action took: a step id and mode, an event name, a fork's new run.
     detail = models.JSONField(default=dict, blank=True)
+    # The UI confirmation a bulk action was taken under (``ui.actions.confirmation_key``):
+    # unique, so two requests sending one confirmation at once make one entry.
+    confirmation = models.CharField(max_length=255, null=True, blank=True, unique=True)
 
     class Meta:
         verbose_name_plural = "audit entries"

@@ -4,7 +4,9 @@
 Each fork is its own replay check and its own transaction (``fork_run``, with its count
 in the audit entry), so the runs are forked one by one, read a batch of ids at a time
 (``store.bulk.for_each_batch``); a run ``fork_run`` refuses (its workflow is not
-installed here, its fork would fail on replay) is counted and the others go on. One
+installed here, its fork would fail on replay) is counted and the others go on. Runs of
+everystep's own workflows are not forked at all: left out of the matching runs, and
+counted apart (``skipped``) so that the command and the page say so. One
 ``bulk_fork`` audit entry counts the forks, made before the first and counted up with
 each one.
 
@@ -25,11 +27,11 @@ from everystep.store.audit import Actor
 from everystep.store.bulk import (
     DEFAULT_BATCH_SIZE,
     RunFilter,
-    already_forked,
+    builtin_matches,
     for_each_batch,
-    fork_key,
     open_entry,
 )
+from everystep.store.forks import already_forked, fork_key
 
 logger = logging.getLogger("everystep.ops")
 
@@ -39,11 +41,13 @@ REASONS_KEPT = 5
 
 @dataclass
 class BulkForked:
-    """What a bulk fork did: runs forked, runs refused, and the first refusals' reasons
-    (``run <id>: why``)."""
+    """What a bulk fork did: runs forked, runs refused, the first refusals' reasons
+    (``run <id>: why``), and the matching runs of everystep's own workflows it left out
+    (never forked: ``engine.fork.builtin_refusal``)."""
 
     forked: int = 0
     refused: int = 0
+    skipped: int = 0
     reasons: list[str] = field(default_factory=list)
 
 
@@ -61,17 +65,23 @@ def bulk_fork(
     refused. ``entry``: the action's audit entry, if already made (``open_entry``);
     ``confirmation``: the UI form's, which makes each run's fork once however many times
     the form is sent (see ``fork_batch``)."""
-    done = BulkForked()
+    done = BulkForked(skipped=builtin_matches(run_filter))
     entry = entry or open_entry("fork", actor, run_filter)
     for batch in for_each_batch(run_filter, batch_size, action="fork"):
         fork_batch(batch, entry, done, from_step=from_step, key_base=confirmation)
     logger.info(
-        "bulk fork by %s (filter %s): %d run(s) forked, %d refused",
+        "bulk fork by %s (filter %s): %d run(s) forked, %d refused, %d of everystep's own left out",
         actor.by,
         run_filter,
         done.forked,
         done.refused,
-        extra={"event": "ops.bulk_fork", "forked": done.forked, "refused": done.refused},
+        done.skipped,
+        extra={
+            "event": "ops.bulk_fork",
+            "forked": done.forked,
+            "refused": done.refused,
+            "skipped": done.skipped,
+        },
     )
     return done
 

@@ -17,7 +17,13 @@ fixed here, so moving this code cannot break the replay of a run in flight.
   batch it is in.
 - **Visible**: it is a run like any other, on the runs list under its name; its result
   is the totals.
-- **Once per confirmation**: the UI form's confirmation is the run's idempotency key.
+- **Once per confirmation**: the UI form's confirmation is the run's idempotency key,
+  and its audit entry's unique ``confirmation``: two requests of one confirmation at
+  once schedule one run and make one entry.
+- **Never forked** (``engine.fork.builtin_refusal``): its arguments carry the action,
+  the filter and the operator, so a fork would take that operator's action again for
+  whoever may fork. A requeue (its runner died) resumes the same action, with the same
+  entry: the action the operator confirmed, carried on, not a new one.
 
 Runs created after the action began are left alone: the bound (a run id made before
 the run was scheduled) is one of its arguments.
@@ -32,7 +38,7 @@ from everystep import serde
 from everystep.context import current
 from everystep.engine.bulk_fork import BulkForked, fork_batch
 from everystep.engine.steps import call_step
-from everystep.models import Workflow, uuid7
+from everystep.models import AuditEntry, Workflow, uuid7
 from everystep.registry import StepDef, WorkflowDef, register
 from everystep.store import database
 from everystep.store.audit import Actor
@@ -44,11 +50,13 @@ from everystep.store.bulk import (
     front_of_queue,
     next_batch,
     note_run,
+    open_confirmed_entry,
     open_entry,
 )
-from everystep.store.runs import create_run
+from everystep.store.forks import BULK_ACTION
+from everystep.store.runs import create_run, get_run
 
-NAME = "everystep.bulk_action"
+NAME = BULK_ACTION
 # A fork batch is forks committed one by one, each after a replay check, in a plain
 # step that a cancel does not cut short: a smaller batch stops sooner.
 FORK_BATCH_SIZE = 100
@@ -57,9 +65,9 @@ REASONS_KEPT = 5
 
 
 class _Repeat(Exception):
-    """The confirmation's run was already scheduled: undo this request's audit entry."""
+    """The confirmation's action was already taken: undo this request's writes."""
 
-    def __init__(self, run: Workflow) -> None:
+    def __init__(self, run: Workflow | None) -> None:
         self.run = run
 
 
@@ -71,19 +79,19 @@ def hand_over(
     reason: str = "",
     confirmation: str | None = None,
     batch_size: int | None = None,
-) -> Workflow:
+) -> Workflow | None:
     """Schedule the background run of a bulk ``action`` (cancel, requeue, fork) over the
     runs ``run_filter`` matches now, with its audit entry (``reason`` is the entry's).
     ``confirmation``, a key of at most 255 characters made for one confirmation (the UI
     form's), is the run's idempotency key: given again, it returns the run already
-    scheduled for it, and makes no second entry."""
+    scheduled for it, and makes no second entry; None if a request took that
+    confirmation's action itself (``store.bulk.confirmed_entry`` says what it did)."""
     bound = uuid7()  # before the run's own id: a bulk action never acts on itself
     size = batch_size or (FORK_BATCH_SIZE if action == "fork" else DEFAULT_BATCH_SIZE)
-    detail = {} if confirmation is None else {"confirmation": confirmation}
     arguments = [action, run_filter.as_json(), [actor.name, actor.via], str(bound), size]
     try:
         with database.atomic():
-            entry = open_entry(action, actor, run_filter, reason=reason, detail=detail)
+            entry = _entry(action, actor, run_filter, reason, confirmation)
             stored = serde.encode([*arguments, entry.id], f"arguments of workflow {NAME}")
             # Due with the longest-due run: a cancel is not queued behind the backlog
             # it may be there to end.
@@ -94,6 +102,19 @@ def hand_over(
     except _Repeat as repeat:
         return repeat.run
     return run
+
+
+def _entry(
+    action: str, actor: Actor, run_filter: RunFilter, reason: str, confirmation: str | None
+) -> AuditEntry:
+    """The action's new entry; ``_Repeat`` if its confirmation has one already."""
+    if confirmation is None:
+        return open_entry(action, actor, run_filter, reason=reason)
+    entry, made = open_confirmed_entry(action, actor, run_filter, confirmation, reason=reason)
+    if not made:
+        run = entry.detail.get("run") if isinstance(entry.detail, dict) else None
+        raise _Repeat(get_run(UUID(run)) if run else None)
+    return entry
 
 
 def bulk_action(

@@ -25,7 +25,9 @@ each failed record is left out, so each failed branch starts again at its failed
 Before anything is written, the fork's own replay is checked the way
 ``everystep_check_replay`` checks a run (with the new arguments, over exactly the copied
 records): a fork that would fail or stop again on replay is refused with the reason.
-Only finished runs are forked: a live run would race its fork for the same work.
+Only finished runs are forked: a live run would race its fork for the same work. Runs
+of everystep's own workflows (``everystep.bulk_action``) are never forked: their
+arguments carry an operator's action and name, which a fork would take again.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from everystep.engine.check import check_pass, failure_of
 from everystep.errors import EverystepError, ReachedNewWork, RunInterrupted, Terminal
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow, uuid7
 from everystep.store import audit
-from everystep.store.forks import create_fork, existing_fork
+from everystep.store.forks import BUILTIN_WORKFLOWS, create_fork, existing_fork
 from everystep.store.replay_check import RunToCheck
 from everystep.store.runs import get_run, load_steps
 from everystep.values import RecordedStep
@@ -70,11 +72,15 @@ def fork_run(
     """Fork the finished run ``run`` (see the module's docstring); ``args`` replace its
     arguments (Python values, stored as ``schedule()`` stores them). An operator's fork
     (``actor``) is audited. Refused with an ``EverystepError`` saying why: an unknown
-    run, one not finished, an unknown step, a workflow not registered here, arguments
-    that cannot be stored, or a fork that would fail on replay. Nothing is written then.
+    run, one not finished, a run of everystep's own (``builtin_refusal``), an unknown
+    step, a workflow not registered here, arguments that cannot be stored, or a fork that
+    would fail on replay. Nothing is written then.
     ``idempotency_key`` (the UI's confirmation): a fork already made with it is returned,
     and nothing is written either."""
     original = _finished_run(run)
+    refused = builtin_refusal(original.name)
+    if refused is not None:
+        raise EverystepError(f"cannot fork run {original.id}: {refused}")
     made = existing_fork(original, idempotency_key)
     if made is not None:
         return made
@@ -113,6 +119,21 @@ def fork_run(
         },
     )
     return fork
+
+
+def builtin_refusal(name: str) -> str | None:
+    """Why runs of workflow ``name`` cannot be forked, if it is one of everystep's own;
+    else None. Refused at every door (``everystep.fork``, ``everystep_fork``, the UI): a
+    bulk action's run carries the action, the filter and the operator who confirmed it,
+    so its fork would take that action again, in that operator's name, for whoever may
+    fork."""
+    if name not in BUILTIN_WORKFLOWS:
+        return None
+    return (
+        f"runs of {name} are everystep's own and cannot be forked; start a new bulk "
+        "action from the runs list (or everystep_cancel, everystep_requeue or "
+        "everystep_fork with filter flags)"
+    )
 
 
 def _finished_run(run: Workflow | UUID | str) -> Workflow:

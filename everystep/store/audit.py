@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from django.db import IntegrityError
 from django.db.models import F, QuerySet
 
 from everystep.models import AuditEntry
 from everystep.safe_text import printable
+from everystep.store import database
 
 # An entry naming several runs keeps this many of their ids (and the count of all).
 RUN_IDS_KEPT = 100
@@ -75,10 +77,12 @@ def record(
     count: int | None = None,
     reason: str = "",
     detail: dict[str, Any] | None = None,
+    confirmation: str | None = None,
 ) -> AuditEntry:
     """Store one entry. ``run``: the one run acted on (the entry is pruned with it);
     ``run_ids``: several runs (the first ``RUN_IDS_KEPT`` are kept, ``count`` says how
-    many); ``filter``: what a bulk action matched runs by."""
+    many); ``filter``: what a bulk action matched runs by; ``confirmation``: the UI
+    confirmation the action was taken under (unique: see ``record_once``)."""
     if action not in ACTIONS:
         raise ValueError(f"unknown audit action {action!r}")
     ids = [str(run_id) for run_id in run_ids]
@@ -94,7 +98,28 @@ def record(
         count=count,
         reason=printable(reason)[:REASON_MAX_LENGTH],
         detail=detail or {},
+        confirmation=confirmation,
     )
+
+
+def record_once(
+    confirmation: str, action: str, actor: Actor, **fields: Any
+) -> tuple[AuditEntry, bool]:
+    """``record`` for an action its confirmation allows once: the entry made now and
+    True, or the entry an earlier request of the same confirmation made and False."""
+    try:
+        # A savepoint: a refused insert leaves the caller's transaction usable. Two
+        # requests at once: the unique key lets one insert in; the other waits for that
+        # transaction to commit (PostgreSQL, MariaDB; SQLite's write lock) and is refused.
+        with database.atomic():
+            return record(action, actor, confirmation=confirmation, **fields), True
+    except IntegrityError:
+        return AuditEntry.objects.get(confirmation=confirmation), False
+
+
+def confirmed(confirmation: str) -> AuditEntry | None:
+    """The entry made under ``confirmation``, if its action was taken already."""
+    return AuditEntry.objects.filter(confirmation=confirmation).first()
 
 
 def add_count(entry: AuditEntry, more: int, run_ids: Iterable[UUID | str] = ()) -> None:

@@ -30,6 +30,7 @@ from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, AuditEntry, Status, Workflow, WorkflowQuerySet, uuid7
 from everystep.store import audit, database, run_waits
 from everystep.store.audit import Actor
+from everystep.store.forks import BUILTIN_WORKFLOWS
 from everystep.store.reports import filtered_runs, id_bounds
 from everystep.store.runners import live_runner_names
 from everystep.store.runs import cancel_children
@@ -117,7 +118,15 @@ def _running(runs: WorkflowQuerySet) -> WorkflowQuerySet:
 
 
 def _finished(runs: WorkflowQuerySet) -> WorkflowQuerySet:
-    return runs.filter(status__in=FINAL_STATUSES)
+    # everystep's own runs are never forked (``store.forks.BUILTIN_WORKFLOWS``).
+    return runs.filter(status__in=FINAL_STATUSES).exclude(name__in=BUILTIN_WORKFLOWS)
+
+
+def builtin_matches(run_filter: RunFilter) -> int:
+    """How many finished runs of everystep's own workflows match: what a bulk fork
+    leaves out, and says it left out."""
+    finished = run_filter.runs().filter(status__in=FINAL_STATUSES)
+    return finished.filter(name__in=BUILTIN_WORKFLOWS).order_by().count()
 
 
 Rule = Callable[[WorkflowQuerySet], WorkflowQuerySet]
@@ -317,6 +326,23 @@ def open_entry(
     )
 
 
+def open_confirmed_entry(
+    action: str, actor: Actor, run_filter: RunFilter, confirmation: str, *, reason: str = ""
+) -> tuple[AuditEntry, bool]:
+    """``open_entry`` for a UI confirmation: the entry made now and True, or the entry an
+    earlier request of that confirmation made (its action done or under way) and False;
+    two requests at once make one entry (``audit.record_once``)."""
+    return audit.record_once(
+        confirmation,
+        f"bulk_{action}",
+        actor,
+        filter=run_filter.as_json(),
+        count=0,
+        reason=reason,
+        detail={"confirmation": confirmation},
+    )
+
+
 def entry_by_id(entry_id: int) -> AuditEntry:
     """A bulk action's entry, to count up (a background run's batch reads it afresh)."""
     return AuditEntry.objects.get(id=entry_id)
@@ -331,22 +357,7 @@ def note_run(entry: AuditEntry, run_id: UUID) -> None:
 def confirmed_entry(confirmation: str) -> AuditEntry | None:
     """The bulk action's entry made for a confirmation (the UI form's), if there is one:
     that form was sent before."""
-    return AuditEntry.objects.filter(
-        action__startswith="bulk_", detail__confirmation=confirmation
-    ).first()
-
-
-def fork_key(base: str, run_id: UUID) -> str:
-    """The idempotency key of the fork of ``run_id`` made by the bulk fork ``base`` (a
-    confirmation, or a background run's id): one fork per run, whoever asks again."""
-    return f"everystep.bulk_fork:{base}:{run_id}"
-
-
-def already_forked(base: str, run_ids: list[UUID]) -> set[UUID]:
-    """Which of ``run_ids`` the bulk fork ``base`` has forked already."""
-    keys = [fork_key(base, run_id) for run_id in run_ids]
-    made = Workflow.objects.filter(idempotency_key__in=keys, forked_from__isnull=False)
-    return set(made.values_list("forked_from_id", flat=True))
+    return audit.confirmed(confirmation)
 
 
 def front_of_queue() -> datetime:

@@ -16,6 +16,12 @@ from everystep.store.wake import notify_due
 
 # Copied step rows per INSERT: well under every database's limit on parameters.
 COPY_BATCH = 500
+# The name of everystep's own background bulk action (``engine.bulk_run``).
+BULK_ACTION = "everystep.bulk_action"
+# Every workflow everystep itself registers. Their runs are never forked: a fork replays
+# the original's arguments, and a bulk action's carry its action, filter and operator, so
+# anyone allowed to fork would take that operator's action again in their name (issue 50).
+BUILTIN_WORKFLOWS = frozenset({BULK_ACTION})
 
 
 def create_fork(
@@ -62,6 +68,19 @@ def create_fork(
             raise EverystepError(f"no run with id {original.id}") from exc
         raise
     return run
+
+
+def fork_key(base: str, run_id: UUID) -> str:
+    """The idempotency key of the fork of ``run_id`` made by the bulk fork ``base`` (a
+    confirmation, or a background run's id): one fork per run, whoever asks again."""
+    return f"everystep.bulk_fork:{base}:{run_id}"
+
+
+def already_forked(base: str, run_ids: list[UUID]) -> set[UUID]:
+    """Which of ``run_ids`` the bulk fork ``base`` has forked already."""
+    keys = [fork_key(base, run_id) for run_id in run_ids]
+    made = Workflow.objects.filter(idempotency_key__in=keys, forked_from__isnull=False)
+    return set(made.values_list("forked_from_id", flat=True))
 
 
 def existing_fork(original: Workflow, idempotency_key: str | None) -> Workflow | None:

@@ -17,6 +17,7 @@ from uuid import UUID
 
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
+from django.utils.crypto import salted_hmac
 from django.utils.http import urlencode
 from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_POST
@@ -27,6 +28,7 @@ from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
 from everystep.store.audit import Actor
 from everystep.store.events import send_event
+from everystep.store.forks import BUILTIN_WORKFLOWS
 from everystep.store.runners import get_runner, requeue_runner
 from everystep.store.runs import cancel_run, get_run, requeue_one, resolve_step_from_text
 from everystep.ui import log, notices
@@ -64,8 +66,9 @@ def allowed_actions(request: HttpRequest, run: Workflow) -> dict[str, bool]:
         "requeue": run.status == Status.RUNNING,
         "resolve": run.status == Status.BLOCKED,
         "send": run.status not in FINAL_STATUSES,
-        # Only a finished run: a live one would race its fork for the same work.
-        "fork": run.status in FINAL_STATUSES,
+        # Only a finished run: a live one would race its fork for the same work. Never
+        # everystep's own: its fork would take an operator's bulk action again.
+        "fork": run.status in FINAL_STATUSES and run.name not in BUILTIN_WORKFLOWS,
     }
     return {name: applicable[name] and may_act(user, perm) for name, perm in PERMISSIONS.items()}
 
@@ -145,7 +148,7 @@ def _fork(run_id: str, form: Any, actor: Actor) -> Done:
     # Empty: fork_run's default point, the first step that failed or has no outcome.
     from_step = safe_text.storable_text(form.get("from_step", ""), "the step id").strip() or None
     # The page's confirmation: the same form sent twice (a double click) forks once.
-    key = confirmation_key(form.get("confirm", ""), "fork")
+    key = confirmation_key(form.get("confirm", ""), "fork", actor, f"{run_id}\n{from_step or ''}")
     new = fork_run(run_id, from_step=from_step, actor=actor, idempotency_key=key)
     return Done("fork", f" (new run {new.id}, from step {new.forked_from_step})", new.id)
 
@@ -156,12 +159,20 @@ def new_confirmation() -> str:
     return uuid.uuid4().hex
 
 
-def confirmation_key(confirm: str, action: str) -> str | None:
-    """The idempotency key of ``action`` sent with confirmation ``confirm``; None for a
-    form without one (a form rendered before confirmations, a script)."""
+def confirmation_key(confirm: str, action: str, actor: Actor, scope: str) -> str | None:
+    """The idempotency key of ``action`` sent by ``actor`` with confirmation ``confirm``
+    for ``scope`` (what the form confirms: a run and a step, a bulk action's filter);
+    None for a form without one (a form rendered before confirmations, a script).
+
+    The form's confirmation is only a nonce: the key is derived from it, the user and
+    the scope (an HMAC under the project's SECRET_KEY), so the same form sent twice acts
+    once, while a confirmation sent by another user, or with another filter or run,
+    makes a key of its own. It can neither replay nor mask another action."""
     if len(confirm) != 32 or not all(ch in "0123456789abcdef" for ch in confirm):
         return None
-    return f"everystep.ui.{action}:{confirm}"
+    bound = f"{actor.name}\n{actor.via}\n{scope}\n{confirm}"
+    digest = salted_hmac(f"everystep.ui.{action}", bound, algorithm="sha256").hexdigest()
+    return f"everystep.ui.{action}:{digest}"
 
 
 def _back(run_id: UUID, **params: str) -> HttpResponseRedirect:

@@ -24,6 +24,7 @@ never widened.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from uuid import UUID
 
@@ -37,8 +38,10 @@ from django.views.decorators.http import require_POST
 from everystep.engine.bulk_run import NAME, hand_over
 from everystep.errors import EverystepError
 from everystep.models import AuditEntry
+from everystep.safe_text import for_page
 from everystep.store import bulk
 from everystep.store.audit import Actor
+from everystep.store.forks import BUILTIN_WORKFLOWS
 from everystep.store.reports import COUNT_CAP
 from everystep.ui import filters, log
 from everystep.ui.access import check_act, may_act, secured, ui_view
@@ -56,6 +59,11 @@ CHANGES = {
     "requeue": "the running ones go back to scheduled; any worker resumes them",
     "fork": "each finished one is forked from its first failed step",
 }
+# What a bulk fork says of the matching runs of everystep's own workflows it leaves out.
+SKIPPED = (
+    f"of everystep's own ({', '.join(sorted(BUILTIN_WORKFLOWS))}) left out: they cannot "
+    "be forked; start a new bulk action instead."
+)
 # Counts in a notice are at most this many digits (anyone can put anything in a URL).
 COUNT_DIGITS = 12
 # The most runs one POST acts on itself; more are handed to a background run, so no
@@ -126,7 +134,8 @@ def offers(request: HttpRequest, asked: filters.RunsQuery) -> list[dict[str, str
 def done_notices(request: HttpRequest) -> list[str]:
     """What the runs page says after a bulk action (``bulk``, then ``count`` and
     ``refused``, or ``background``)."""
-    action, done, refused = (request.GET.get(key, "") for key in ("bulk", "count", "refused"))
+    keys = ("bulk", "count", "refused", "skipped")
+    action, done, refused, skipped = (request.GET.get(key, "") for key in keys)
     if action not in VERBS:
         return []
     background = _run_id(request.GET.get("background", ""))
@@ -137,6 +146,8 @@ def done_notices(request: HttpRequest) -> list[str]:
     said = f"{VERBS[action][1]} {int(done):,} run{'' if int(done) == 1 else 's'}."
     if _number(refused) and int(refused):
         said += f" {int(refused):,} could not be forked: fork one from its page to see why."
+    if _number(skipped) and int(skipped):
+        said += f" {int(skipped):,} {SKIPPED}"
     return [said]
 
 
@@ -182,7 +193,9 @@ def confirm(request: HttpRequest) -> HttpResponse:
         "past": VERBS[action][1].lower(),
         "changes": CHANGES[action],
         "problem": problem,
-        "filters": [] if run_filter is None else list(run_filter.as_json().items()),
+        # As typed into a URL: a bidi control would show the rest in another order.
+        "filters": [] if run_filter is None else _shown_filters(run_filter),
+        "skipped": _skipped(action, run_filter),
         "matched": matched,
         "count_text": _count_text(matched),
         "background": matched > INLINE_LIMIT,
@@ -192,6 +205,18 @@ def confirm(request: HttpRequest) -> HttpResponse:
         "back_href": _link("everystep:runs", "", asked.query),
     }
     return render(request, "everystep/bulk.html", context)
+
+
+def _shown_filters(run_filter: bulk.RunFilter) -> list[tuple[str, str]]:
+    return [(name, for_page(value)) for name, value in run_filter.as_json().items()]
+
+
+def _skipped(action: str, run_filter: bulk.RunFilter | None) -> str:
+    """What the confirm page of a bulk fork says of the runs it leaves out."""
+    if action != "fork" or run_filter is None:
+        return ""
+    skipped = bulk.builtin_matches(run_filter)
+    return f"{skipped:,} finished run{'' if skipped == 1 else 's'} {SKIPPED}" if skipped else ""
 
 
 def _count_text(matched: int) -> str:
@@ -213,20 +238,45 @@ def perform(request: HttpRequest) -> HttpResponse:
     run_filter = None if _why_not(asked) else _run_filter(asked)
     if run_filter is None:  # the confirm page says why
         return HttpResponseRedirect(_link("everystep:bulk", action, asked.query))
-    # The form's confirmation; None for a POST without one (a script): it acts each time.
-    confirmation = confirmation_key(request.POST.get("confirm", ""), f"bulk_{action}")
+    actor = Actor.user(request.user)
+    # The form's confirmation, bound to this user and filter; None for a POST without
+    # one (a script): it acts each time.
+    confirmation = confirmation_key(
+        request.POST.get("confirm", ""), f"bulk_{action}", actor, _scope(run_filter)
+    )
     sent = bulk.confirmed_entry(confirmation) if confirmation else None
     if sent is not None:  # the same form again: back to what the first one did
         return _back(asked, action, _sent_before(sent))
-    actor = Actor.user(request.user)
     if bulk.count(run_filter, action, cap=INLINE_LIMIT) > INLINE_LIMIT:
         run = hand_over(action, run_filter, actor, confirmation=confirmation)
+        if run is None:  # a request of this confirmation took the action itself
+            return _back(asked, action, _sent_before(_entry_of(confirmation)))
         _log(action, actor, run_filter, f"handed to the background run {run.id}", 0)
         return _back(asked, action, {"background": str(run.id)})
-    done, refused = _take(action, run_filter, actor, confirmation)
+    entry = None
+    if confirmation is not None:
+        entry, made = bulk.open_confirmed_entry(action, actor, run_filter, confirmation)
+        if not made:  # a request of this confirmation at the same moment won
+            return _back(asked, action, _sent_before(entry))
+    done, refused, skipped = _take(action, run_filter, actor, entry, confirmation)
     _log(action, actor, run_filter, f"{done} run(s)", done)
-    result = {"count": str(done)} | ({"refused": str(refused)} if refused else {})
+    result = {"count": str(done)} | _nonzero(refused=refused, skipped=skipped)
     return _back(asked, action, result)
+
+
+def _scope(run_filter: bulk.RunFilter) -> str:
+    """What a bulk confirmation confirms: the filter, written one way."""
+    return json.dumps(run_filter.as_json(), sort_keys=True)
+
+
+def _entry_of(confirmation: str | None) -> AuditEntry:
+    entry = bulk.confirmed_entry(confirmation) if confirmation else None
+    assert entry is not None  # hand_over returns None only when there is one
+    return entry
+
+
+def _nonzero(**counts: int) -> dict[str, str]:
+    return {name: str(value) for name, value in counts.items() if value}
 
 
 def _back(asked: filters.RunsQuery, action: str, result: dict[str, str]) -> HttpResponseRedirect:
@@ -252,18 +302,20 @@ def _log(action: str, actor: Actor, run_filter: bulk.RunFilter, what: str, count
 
 
 def _take(
-    action: str, run_filter: bulk.RunFilter, actor: Actor, confirmation: str | None
-) -> tuple[int, int]:
-    """Runs changed, and runs refused (a fork's). With a confirmation, its audit entry
-    is made first: a second POST of the same form finds it."""
-    detail = {"confirmation": confirmation} if confirmation else None
-    entry = bulk.open_entry(action, actor, run_filter, detail=detail) if detail else None
+    action: str,
+    run_filter: bulk.RunFilter,
+    actor: Actor,
+    entry: AuditEntry | None,
+    confirmation: str | None,
+) -> tuple[int, int, int]:
+    """Runs changed, runs refused (a fork's), and runs of everystep's own a fork left
+    out. ``entry``: the confirmation's, already made (a second POST found it)."""
     if action == "cancel":
-        return bulk.bulk_cancel(run_filter, actor, entry=entry), 0
+        return bulk.bulk_cancel(run_filter, actor, entry=entry), 0, 0
     if action == "requeue":
-        return bulk.bulk_requeue(run_filter, actor, entry=entry), 0
+        return bulk.bulk_requeue(run_filter, actor, entry=entry), 0, 0
     # Imported when used: the fork's replay machinery loads for a fork only.
     from everystep.engine.bulk_fork import bulk_fork
 
     forked = bulk_fork(run_filter, actor, entry=entry, confirmation=confirmation)
-    return forked.forked, forked.refused
+    return forked.forked, forked.refused, forked.skipped

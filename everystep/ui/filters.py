@@ -4,6 +4,10 @@ the query string once.
 
 Anything can be in a URL: what cannot be used becomes a notice on the page, never an
 error page. A filter no database could store (a NUL, a lone surrogate) matches no run.
+What the page shows of the query (``shown``, ``notices``) is written with the bidi
+controls escaped (``safe_text.for_page``): a URL's ``\u202e`` would otherwise show the
+rest of a field or a notice in another order than it is. The filters themselves match
+the text as given.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ class RunsQuery:
     newer_than: UUID | None = None
     # A published key shown as a column (``?show=stage``): not a filter.
     show: str | None = None
-    # The text of each field as the form shows it again.
+    # The text of each field as the form shows it again (``safe_text.for_page``).
     shown: dict[str, str] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
     # False when a filter holds text no database stores, so no run can match it (and
@@ -98,6 +102,7 @@ def read(request: HttpRequest, *, refresh: bool) -> RunsQuery:
     found.show = _show(request, found)
     if refresh:
         found.query["refresh"] = "1"
+    found.notices = [safe_text.for_page(notice) for notice in found.notices]
     return found
 
 
@@ -125,7 +130,7 @@ def _text(request: HttpRequest, param: str, what: str, found: RunsQuery) -> str 
     except EverystepError as exc:
         found.notices.append(f"{exc}; no run matches it.")
         found.matchable = False
-        found.shown[param] = clipped(safe_text.printable(value))
+        found.shown[param] = clipped(safe_text.for_page(value))
         return None
     if len(value) > FILTER_MAX_LENGTH:
         found.notices.append(f"{what} is longer than {FILTER_MAX_LENGTH} characters.")
@@ -137,7 +142,7 @@ def _text(request: HttpRequest, param: str, what: str, found: RunsQuery) -> str 
         return None
     if value:
         found.query[param] = value
-        found.shown[param] = value
+        found.shown[param] = safe_text.for_page(value)
     return value or None
 
 
@@ -149,11 +154,11 @@ def _show(request: HttpRequest, found: RunsQuery) -> str | None:
         return None
     problem = progress.key_problem(key)
     if problem is not None:
-        shown = clipped(safe_text.printable(key))
-        found.notices.append(f"No column for {shown!r}: {problem}.")
-        found.shown["show"] = shown
+        found.notices.append(f"No column for {clipped(safe_text.printable(key))!r}: {problem}.")
+        found.shown["show"] = clipped(safe_text.for_page(key))
         return None
-    found.query["show"] = found.shown["show"] = key
+    found.query["show"] = key
+    found.shown["show"] = safe_text.for_page(key)
     return key
 
 
@@ -192,7 +197,7 @@ def _parent(request: HttpRequest, found: RunsQuery) -> UUID | None:
             f"The parent filter {shown!r} is not a run id (a UUID); no run matches it."
         )
         found.matchable = False
-        found.shown["parent"] = shown
+        found.shown["parent"] = clipped(safe_text.for_page(text))
         return None
     found.query["parent"] = found.shown["parent"] = str(parent)
     return parent

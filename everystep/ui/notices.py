@@ -24,6 +24,7 @@ from everystep import safe_text
 from everystep.engine import task_runs
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
+from everystep.store.forks import BUILTIN_WORKFLOWS
 from everystep.store.reports import run_steps
 from everystep.store.runs import RESOLVE_MODES, get_run
 from everystep.ui import log
@@ -51,6 +52,9 @@ REFUSED = {
     "bad-event-name": "An event name must be non-empty text of at most 255 characters.",
     "not-registered": "No @workflow is registered under this run's name in the installed "
     "code: it cannot be forked here.",
+    "builtin": "Runs of everystep.bulk_action are everystep's own and cannot be forked (a "
+    "fork would take its operator's bulk action again); start a new bulk action from the "
+    "runs list.",
     "fork-refused": "This run cannot be forked from there under the installed code; "
     "manage.py everystep_fork RUN_ID [--from-step STEP] says why.",
     "refused": "The action was refused; the server's log says why.",
@@ -132,6 +136,8 @@ def _resolve_refusal(run: Workflow, form: Any) -> str:
 
 
 def _fork_refusal(run: Workflow, form: Any) -> str:
+    if run.name in BUILTIN_WORKFLOWS:
+        return "builtin"
     if task_runs.definition(run.name) is None:
         return "not-registered"
     from_step = form.get("from_step", "").strip()

@@ -105,7 +105,7 @@ def runs(request: HttpRequest) -> HttpResponse:
         "q": asked.shown.get("q", ""),
         "time_zone": timezone.get_current_timezone_name(),
         "rows": run_rows(page.runs, column),
-        "show": asked.show,
+        "show": asked.shown.get("show") if asked.show else None,
         "parent": _parent_filter(asked),
         "page": page,
         "limit": RUNS_LIMIT,

@@ -24,6 +24,7 @@ from everystep.management.arguments import (
 from everystep.management.commands._base import EverystepCommand
 from everystep.store import bulk
 from everystep.store.audit import Actor
+from everystep.store.forks import BUILTIN_WORKFLOWS
 
 _JSON_KINDS = {dict: "object", str: "string", int: "number", float: "number", bool: "boolean"}
 
@@ -37,7 +38,8 @@ class Command(EverystepCommand):
         "reason and nothing written, when the fork would fail on replay. With filter "
         "flags instead of a run id: every finished run they match, one fork each, in "
         "batches (--dry-run prints how many); a run whose fork is refused is counted and "
-        "skipped."
+        "skipped. Runs of everystep's own workflows (everystep.bulk_action) are never "
+        "forked: by id it is refused, by filter they are left out and counted."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -84,13 +86,23 @@ class Command(EverystepCommand):
         counted = dry_run(options, run_filter, "fork")
         if counted is not None:
             self.say(counted)
+            self._say_skipped(bulk.builtin_matches(run_filter))
             return
         done = bulk_fork(run_filter, actor, batch_size=size, from_step=from_step)
         self.say(f"forked {runs_text(done.forked)} (filter {run_filter})")
+        self._say_skipped(done.skipped)
         if done.refused:
             self.say(f"refused {runs_text(done.refused)}, for example:")
             for reason in done.reasons:
                 self.say(f"  {reason}")
+
+    def _say_skipped(self, skipped: int) -> None:
+        if skipped:
+            self.say(
+                f"left out {runs_text(skipped)} of everystep's own workflows "
+                f"({', '.join(sorted(BUILTIN_WORKFLOWS))}): they cannot be forked; start "
+                "a new bulk action instead"
+            )
 
 
 def _new_args(text: str | None) -> list[Any] | None:
