@@ -43,7 +43,10 @@ from everystep.store.wake import notify_published
 # A published value's cap: its stored JSON, in bytes. Progress is a few numbers and
 # words; a page reads every value of a run at once, and watchers read them per change.
 MAX_VALUE_BYTES = 64 * 1024
-# Keys per run (counted per pass: a body names the same keys on every pass).
+# Keys per run, over all its passes and processes: counted in the pass's memory first (a
+# body names the same keys on every pass), then, for a key new to the pass, against the
+# run's stored keys by the write itself (a step served from its record publishes nothing,
+# so a later pass would not see its keys otherwise).
 MAX_KEYS = 100
 MAX_KEY_LENGTH = 200
 # The writer thread sends at most one NOTIFY per this many seconds, for every run of
@@ -77,31 +80,39 @@ def publish(key: str, value: Any) -> None:
     if run.aborted is not None and not frame.in_step:
         raise run.aborted  # as every later operation of an aborted pass
     with run.publishing:
-        if key not in run.published and len(run.published) >= MAX_KEYS:
-            raise EverystepError(
-                f"run {run.run_id} publishes more than {MAX_KEYS} keys; publish() is for a "
-                "few values that show progress"
-            )
+        new = key not in run.published
+        if new and len(run.published) >= MAX_KEYS:
+            raise _too_many_keys(run)
         if run.checking or (not frame.in_step and run.history_beyond(frame.scope.prefix)):
             # Counted, not written: a replay. What the key holds now is not known here.
             run.published.setdefault(key, None)
             return
         if run.published.get(key) == text:
             return
-        _write(run, key, stored)
+        # A key only replayed so far (None) may never have been stored: counted too.
+        cap = MAX_KEYS if run.published.get(key) is None else None
+        if not _write(run, key, stored, cap):
+            raise _too_many_keys(run)
         run.published[key] = text
     if _notifies():
         _writer().changed()
 
 
-def _write(run: RunState, key: str, stored: Any) -> None:
+def _too_many_keys(run: RunState) -> EverystepError:
+    return EverystepError(
+        f"run {run.run_id} publishes more than {MAX_KEYS} keys; publish() is for a "
+        "few values that show progress"
+    )
+
+
+def _write(run: RunState, key: str, stored: Any, cap: int | None) -> bool:
+    """Write the value where the module docstring says; False: refused by the cap."""
     conn = database.connection()
     if _on_event_loop() or (
         conn.in_atomic_block and conn.vendor != "sqlite" and not _in_a_test(conn)
     ):
-        _writer().write(run.run_id, key, stored)
-    else:
-        published.write(run.run_id, key, stored)
+        return _writer().write(run.run_id, key, stored, cap)
+    return published.write(run.run_id, key, stored, cap=cap)
 
 
 def _in_a_test(conn: Any) -> bool:
@@ -124,26 +135,28 @@ def _on_event_loop() -> bool:
     return True
 
 
+# A write for the writer thread: run id, key, encoded value, cap, and the caller's future.
+_Job = tuple[UUID, str, Any, int | None, Future[bool]]
+
+
 class _Writer:
     """The process's thread for values written outside their caller's transaction or
     event loop, and for the batched NOTIFY (see the module docstring)."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self.jobs: queue.SimpleQueue[tuple[UUID, str, Any, Future[None]] | None] = (
-            queue.SimpleQueue()
-        )
+        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self.lock = threading.Lock()
         self.notify_pending = False
         self.thread = threading.Thread(target=self._run, name="everystep-publish", daemon=True)
         self.thread.start()
 
-    def write(self, run_id: UUID, key: str, stored: Any) -> None:
-        """Write on this thread's connection; return once committed, or raise what the
-        write raised."""
-        done: Future[None] = Future()
-        self.jobs.put((run_id, key, stored, done))
-        done.result()
+    def write(self, run_id: UUID, key: str, stored: Any, cap: int | None) -> bool:
+        """Write on this thread's connection; return once committed (whether the cap let
+        the value in), or raise what the write raised."""
+        done: Future[bool] = Future()
+        self.jobs.put((run_id, key, stored, cap, done))
+        return done.result()
 
     def changed(self) -> None:
         """A value was written: watchers are to hear of it (PostgreSQL)."""
@@ -179,21 +192,21 @@ class _Writer:
             last_notify = time.monotonic()
 
     @staticmethod
-    def _do(job: tuple[UUID, str, Any, Future[None]]) -> None:
-        run_id, key, stored, done = job
+    def _do(job: _Job) -> None:
+        run_id, key, stored, cap, done = job
         try:
             try:
-                published.write(run_id, key, stored)
+                written = published.write(run_id, key, stored, cap=cap)
             except StoreUnavailable:
                 # This thread's connection may have been idle since before a restart of
                 # the database: once more on a new one (the upsert may be repeated).
                 database.close_broken()
-                published.write(run_id, key, stored)
+                written = published.write(run_id, key, stored, cap=cap)
         except BaseException as exc:  # StoreUnavailable included: the caller raises it
             database.close_broken()
             done.set_exception(exc)
         else:
-            done.set_result(None)
+            done.set_result(written)
 
 
 _writer_now: _Writer | None = None

@@ -22,9 +22,15 @@ statement runs for an hour. A read timeout would cut one short, which is why non
 PostgreSQL takes them as libpq parameters (``keepalives_idle``, ``tcp_user_timeout``,
 ``connect_timeout``…), so they reach every connection built from the alias's parameters,
 the LISTEN connections included; mysqlclient has no such parameters beyond
-``connect_timeout``, so the socket of each new connection is set once it is open. A key the
-project set itself in ``OPTIONS`` is left as it is; ``timeout = 0`` changes nothing (the
-way to keep a MariaDB socket as the project set it).
+``connect_timeout``, so the socket of each new connection is set once it is open.
+
+The project's own configuration wins: a key it set in ``OPTIONS`` is left as it is, and
+so is what libpq or the MySQL client would take from elsewhere (``PGCONNECT_TIMEOUT``; a
+service, named in ``OPTIONS`` or by ``PGSERVICE``: then no libpq parameter at all; an
+option file named by ``read_default_file``/``read_default_group``: then no
+``connect_timeout``). The OPTIONS dict is never written into: the alias gets a new one,
+since another alias, or the project's own constant, may hold the same dict.
+``timeout = 0`` changes nothing (the way to keep a MariaDB socket as the project set it).
 """
 
 from __future__ import annotations
@@ -53,26 +59,66 @@ def configure(timeout: float) -> None:
     global _timeout
     _timeout = timeout
     for alias in _aliases():
-        # The alias's settings dict itself, which every thread's wrapper shares: what is
-        # set here reaches every connection opened from now on.
-        options = connections.settings[alias].setdefault("OPTIONS", {})
-        ours = _set_here.setdefault(alias, set())
-        for key in ours:
-            options.pop(key, None)
-        ours.clear()
-        if timeout <= 0:
-            continue
-        vendor = connections[alias].vendor
-        wanted: dict[str, int] = {}
-        if vendor == "postgresql":
-            wanted = libpq_parameters(timeout)
-        elif vendor == "mysql":
-            wanted = {"connect_timeout": _whole_seconds(timeout)}
-        for key, value in wanted.items():
-            if key not in options:
-                options[key] = value
-                ours.add(key)
+        _configure_alias(alias, timeout)
     connection_created.connect(_set_socket, dispatch_uid="everystep.network")
+
+
+def _configure_alias(alias: str, timeout: float) -> None:
+    ours = _set_here.setdefault(alias, set())
+    # The OPTIONS as the project wrote them: what an earlier ``configure`` added is not
+    # the project's, and may be changed now.
+    options = connections.settings[alias].get("OPTIONS") or {}
+    theirs = {key: value for key, value in options.items() if key not in ours}
+    wanted: dict[str, int] = {}
+    if timeout > 0:
+        wanted = _wanted(connections[alias].vendor, theirs, timeout)
+    wanted = {key: value for key, value in wanted.items() if key not in theirs}
+    if not ours and not wanted:
+        return  # nothing to add or take back: the project's settings stay untouched
+    # Copy on write: the OPTIONS dict may be another alias's too (``{**base, "PORT": …}``
+    # copies only the outer dict), or a constant of the project's. The alias's settings
+    # dict itself, which every thread's wrapper reads at connect time, gets a new one.
+    _own_settings(alias)["OPTIONS"] = {**theirs, **wanted}
+    ours.clear()
+    ours.update(wanted)
+
+
+def _wanted(vendor: str, theirs: dict[str, Any], timeout: float) -> dict[str, int]:
+    """The OPTIONS keys everystep would add, short of those the project's configuration
+    outside OPTIONS decides: there the project's word wins, as it does in OPTIONS."""
+    if vendor == "postgresql":
+        # A service (pg_service.conf) may set any of these; a parameter given to libpq
+        # outright would override it, so with a service everystep sets none.
+        if theirs.get("service") or "PGSERVICE" in os.environ:
+            return {}
+        wanted = libpq_parameters(timeout)
+        # The only one of them libpq also reads from the environment (as it does, any
+        # value counts as set).
+        if "PGCONNECT_TIMEOUT" in os.environ:
+            del wanted["connect_timeout"]
+        return wanted
+    if vendor == "mysql":
+        # An option file the project names may set connect-timeout; the socket's
+        # keepalives (``_set_socket``) are nothing an option file can set, and stay.
+        if theirs.get("read_default_file") or theirs.get("read_default_group"):
+            return {}
+        return {"connect_timeout": _whole_seconds(timeout)}
+    return {}
+
+
+def _own_settings(alias: str) -> dict[str, Any]:
+    """The settings dict of ``alias``, first made its own if another alias shares it
+    (``DATABASES = {"default": base, "jobs": base}``)."""
+    settings: dict[str, Any] = connections.settings[alias]
+    if not any(other is settings for name, other in connections.settings.items() if name != alias):
+        return settings
+    settings = connections.settings[alias] = dict(settings)
+    # This thread's wrapper, if made already, reads its dict, not the handler's; the
+    # first ``configure`` runs in ``ready()``, before any other thread has one.
+    for conn in connections.all(initialized_only=True):
+        if conn.alias == alias:
+            conn.settings_dict = settings
+    return settings
 
 
 def libpq_parameters(timeout: float) -> dict[str, int]:

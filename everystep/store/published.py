@@ -1,6 +1,7 @@
 """The values runs publish (``everystep.publish``): one row per run and key, written by
-an upsert that also counts the key's writes, and read back whole, per run, or one key
-for many runs (the runs list's column).
+an upsert that also counts the key's writes (a key new to the run only while the run is
+under its cap of keys), and read back whole, per run, or one key for many runs (the
+runs list's column).
 
 A fork shows the values of the run it was forked from until it publishes any of its
 own: ``snapshots`` follows ``forked_from`` from a run that has none.
@@ -8,10 +9,12 @@ own: ``snapshots`` follows ``forked_from`` from a run that has none.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Count, Sum
 from django.utils import timezone
 
@@ -25,15 +28,51 @@ from everystep.store.guard import guarded
 _FORK_DEPTH = 20
 # Ids per read: SQLite builds may refuse more than 999 variables in a statement.
 _CHUNK = 900
+# The class id of everystep's PostgreSQL advisory locks on a run's new keys (the first
+# of the two int4 keys): "esPB" as an int.
+_LOCK_CLASS = 0x65735042
+# How long (seconds) a MariaDB/MySQL writer waits for that lock before it writes without
+# it: another writer holds it for one statement.
+_LOCK_WAIT = 10
 
 State = tuple[str, tuple[int, int]]
 
 
 @guarded
-def write(run_id: uuid.UUID, key: str, stored: Any) -> None:
+def write(run_id: uuid.UUID, key: str, stored: Any, *, cap: int | None = None) -> bool:
     """Make ``stored`` (a value already encoded by ``serde``) the latest under ``key`` for
-    run ``run_id``, counting the write in the row's ``version``: one statement."""
+    run ``run_id``, counting the write in the row's ``version``: one statement. With
+    ``cap``, a key the run has not stored is written only while the run has fewer than
+    ``cap`` keys; returns whether the value was written."""
     conn = database.connection()
+    params = [
+        Workflow._meta.pk.get_db_prep_value(run_id, conn),
+        key,
+        Published._meta.get_field("value").get_db_prep_save(stored, conn),
+        Published._meta.get_field("updated_at").get_db_prep_save(timezone.now(), conn),
+    ]
+    if cap is None:
+        with conn.cursor() as cursor:
+            cursor.execute(_upsert(conn, "VALUES (%s, %s, %s, 1, %s)"), params)
+        return True
+    table = conn.ops.quote_name(Published._meta.db_table)
+    workflow_id, key_column = conn.ops.quote_name("workflow_id"), conn.ops.quote_name("key")
+    # One statement decides and writes, so no key slips in between a count and an
+    # insert of this statement; an existing key is always updated, at the cap too.
+    source = (
+        f"SELECT %s, %s, %s, 1, %s {'FROM DUAL ' if conn.vendor == 'mysql' else ''}"
+        f"WHERE (SELECT COUNT(*) FROM {table} WHERE {workflow_id} = %s) < %s "
+        f"OR EXISTS (SELECT 1 FROM {table} WHERE {workflow_id} = %s AND {key_column} = %s)"
+    )
+    params += [params[0], cap, params[0], key]
+    with _keys_locked(conn, run_id), conn.cursor() as cursor:
+        cursor.execute(_upsert(conn, source), params)
+        return cursor.rowcount > 0
+
+
+def _upsert(conn: Any, source: str) -> str:
+    """``INSERT`` of one ``Published`` row from ``source`` (``VALUES`` or a ``SELECT``
+    of workflow id, key, value, version and time) that updates the row already there."""
     quote = conn.ops.quote_name
     table = quote(Published._meta.db_table)
     names = ("workflow_id", "key", "value", "version", "updated_at")
@@ -51,16 +90,42 @@ def write(run_id: uuid.UUID, key: str, stored: Any) -> None:
             f"{quote('version')} = {table}.{quote('version')} + 1, "
             f"{quote('updated_at')} = excluded.{quote('updated_at')}"
         )
-    params = [
-        Workflow._meta.pk.get_db_prep_value(run_id, conn),
-        key,
-        Published._meta.get_field("value").get_db_prep_save(stored, conn),
-        Published._meta.get_field("updated_at").get_db_prep_save(timezone.now(), conn),
-    ]
-    with conn.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, 1, %s) {update}", params
-        )
+    return f"INSERT INTO {table} ({columns}) {source} {update}"
+
+
+@contextlib.contextmanager
+def _keys_locked(conn: Any, run_id: uuid.UUID) -> Iterator[None]:
+    """Hold run ``run_id``'s lock on new keys while the body runs: two processes adding
+    keys to one run at once would each count the keys before the other's commit, and
+    both pass the cap. SQLite needs none: its one writer runs the statement alone."""
+    if conn.vendor == "postgresql":
+        # A transaction-scoped lock (it holds through a transaction-mode pooler), in the
+        # two-key space, with everystep's class id, so no bigint lock of the project's
+        # can be the same lock; READ COMMITTED gives the insert a snapshot taken after it.
+        with transaction.atomic(using=conn.alias), conn.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_CLASS, _lock_id(run_id)])
+            yield
+    elif conn.vendor == "mysql":
+        # A named lock of the session, released once the (autocommit) insert committed:
+        # InnoDB's READ COMMITTED takes no gap locks, so no row lock could stand for it.
+        name = f"everystep.published.{run_id.hex}"
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT GET_LOCK(%s, %s)", [name, _LOCK_WAIT])
+            (held,) = cursor.fetchone()
+        try:
+            yield
+        finally:
+            if held == 1:
+                with conn.cursor() as cursor:
+                    cursor.execute("SELECT RELEASE_LOCK(%s)", [name])
+    else:
+        yield
+
+
+def _lock_id(run_id: uuid.UUID) -> int:
+    # The run id's last 32 bits, as PostgreSQL's signed int4 (UUIDv7 puts its time in
+    # the first bits, its randomness last): two runs that share one only wait in turn.
+    return int.from_bytes(run_id.bytes[-4:], "big", signed=True)
 
 
 @guarded
