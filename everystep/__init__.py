@@ -8,15 +8,17 @@ The package, in layers that import downwards only (``tests/unit/test_layers.py``
   ``signals``, ``tallies``, ``tracing``, ``safe_text``, ``serde`` (stored values),
   ``stored_errors`` (stored exceptions), ``stored_types`` (the classes a stored value
   may name), ``failure_detail`` (stored tracebacks),
-  ``wait_words``, ``times``, ``registry``, ``conf`` (settings), ``checks`` (system checks);
-- ``models`` (tables, status transitions, the fencing rule) and ``migrations``;
+  ``wait_words``, ``times``, ``registry``, ``task_framework`` (``django.tasks`` or its
+  backport), ``conf`` (settings), ``checks`` (system checks);
+- ``models/`` (tables, status transitions, the fencing rule) and ``migrations``;
 - ``store/``: every query and write;
 - ``engine/`` (replay and the body's operations), and beside it ``context``, ``metrics``,
   ``logs``, ``sentry``;
 - ``worker/``: the long-running ``Worker``;
-- edges: ``api`` (the public surface), ``decorators`` (``@workflow``, ``@step``),
-  ``scheduling`` (``schedule``, ``start``), ``testing``, ``management/`` (commands),
-  ``ui/`` and ``urls``, ``admin``, ``apps``.
+- edges: ``api`` (the public surface), ``async_api`` (its async twins), ``decorators``
+  (``@workflow``, ``@step``), ``scheduling`` (``schedule``, ``start``), ``tasks`` (the
+  ``django.tasks`` backend), ``testing``, ``management/`` (commands), ``ui/`` and ``urls``,
+  ``admin``, ``apps``.
 """
 
 from __future__ import annotations

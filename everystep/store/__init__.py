@@ -9,6 +9,8 @@ The connection and the machinery:
 - ``prepared``: whether the hot-path statements are prepared on the server (PostgreSQL);
 - ``guard``: what a failing database means to the engine's store calls
   (``guarded``, ``DATABASE_ERRORS``, ``UNREACHABLE``);
+- ``network``: how long a silent connection may stay silent before it counts as gone
+  (keepalives, ``TCP_USER_TIMEOUT``);
 - ``wake``: NOTIFY when a run becomes due or an awaited run ends, LISTEN in idle workers
   and waiters (PostgreSQL).
 
@@ -22,9 +24,11 @@ A run's life, in the order it meets them:
   its requeue). These two modules hold every write made for a claimed run;
 - ``events``: events sent to runs;
 - ``run_waits``: runs waiting for other runs to end (``result``, ``gather``);
+- ``published``: the values runs publish, written and read back;
 - ``runners``: heartbeats and requeueing the runs of runners that are gone;
 - ``forks``: writing a fork (the new run and the copies of its original's records);
-- ``timeshift``: moving pending times earlier, for ``everystep.testing.run_due(advance=…)``.
+- ``timeshift``: moving pending times earlier, for ``everystep.testing.run_due(advance=…)``;
+- ``task_attempts``: the attempts of a Django ``@task``'s run.
 
 What operators read and do:
 

@@ -15,5 +15,6 @@ Pages that only read (``views``, ``audit``) and actions that write (``actions`` 
 - ``actions``: cancel, requeue, resolve a step, send an event, fork; requeue a dead runner's runs;
 - ``bulk``: the same by filter, with a confirm page;
 - ``notices``: what a page says after an action, named by a key in its URL;
+- ``log``: the actions' log lines, every value a user typed made safe;
 - ``audit``: the audit page.
 """

@@ -1,8 +1,11 @@
 """The long-running worker: claims due runs and executes them on a thread pool.
 
 - ``loop``: ``Worker`` — its lifecycle and the claim loop (backlog, gathering, strays).
+- ``supervisor``: the claim loop on a thread of its own, while the main thread handles
+  signals and bounds the shutdown.
 - ``passes``: a run's pass on the pool — submitted, executed, reaped (retried after an
-  outage, failed when it crashed outside the engine).
+  outage, failed when it crashed outside the engine); ``event_loop``: the one loop the
+  passes of ``async def`` runs share.
 - ``worker_state``: ``WorkerOptions`` and ``WorkerState``, the narrow object the
   collaborators below read instead of the ``Worker`` class.
 - ``shutdown``: the drain; ``interrupts``: SIGTERM/SIGINT handling.

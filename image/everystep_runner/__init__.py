@@ -4,7 +4,8 @@ Container-only code, shipped in the image and not in the ``everystep`` wheel: th
 settings (TOML file, ``EVERYSTEP_*`` environment, command-line flags), loading the user's
 Django project, and the roles the entrypoint runs (worker, UI, demo, config check):
 
-- ``cli``: the entrypoint: runner flags, then a role or a management command;
+- ``cli``: the entrypoint: runner flags, then a role or a management command (``__main__``
+  runs it for ``python -m everystep_runner``);
 - ``settings``: the runner's settings, one name across TOML, environment and flags;
 - ``dburl``: database URLs to a Django ``DATABASES`` entry, and masking them;
 - ``project``: loading the user's Django project at run time;

@@ -1,6 +1,7 @@
 """The ``demo`` role: the bundled example project on its own SQLite file, migrated, sample
 workflows scheduled, a worker subprocess and the UI running, on 127.0.0.1 unless
-``ui_bind`` is given.
+``ui_bind`` is given. The project: ``settings`` (its Django settings) and ``orders`` (its
+one app, the sample workflows).
 
 The demo serves a public UI with a fixed secret key and its worker fails every run it does
 not know: on any database but its own file it would expose that database's runs and end
