@@ -13,16 +13,38 @@ One pass over a claimed run:
 
 What a body calls, each a kind of recorded operation:
 
-- ``steps``: a step call;
+- ``steps``: a step call; ``step_run``: a step executed, or served from its record;
 - ``parallel``: ``parallel()``, branches in their own id scopes;
 - ``waits``: ``sleep``, ``sleep_until``, ``wait_for``, and the one durable wait;
 - ``results``: ``result()`` and ``gather()``, waiting for runs to end;
 - ``children``: ``start()`` inside a body;
-- ``patches``: ``patched()`` and ``deprecate_patch()``.
+- ``patches``: ``patched()`` and ``deprecate_patch()``;
+- ``progress``: ``publish()``, from a body or a step.
+
+Async bodies:
+
+- ``async_body``: the replay on an event loop, a scope per task;
+- ``async_ops``: the awaitable waits and starts, ids taken at the call;
+- ``async_steps``: a step awaited;
+- ``offload``: sync work on a thread from async code, and the release of a request
+  thread's idle connections before a long wait.
+
+Waiting from outside a run (a view, a script):
+
+- ``waiters``: ``aresult``, ``agather`` and ``awatch`` on an event loop;
+- ``hub``: the one thread per process that reads and wakes for every such waiter;
+- ``watching``: ``published()`` and ``watch()``, a run's published values.
 
 Replaying outside a worker:
 
 - ``check``: the replay check of unfinished runs against the code installed now;
 - ``fork``: ``everystep.fork``, a finished run re-run from a step;
-- ``bulk_fork``: fork every finished run a filter matches.
+- ``bulk_fork``: fork every finished run a filter matches;
+- ``bulk_run``: ``everystep.bulk_action``, the built-in workflow that takes a UI bulk
+  action batch by batch.
+
+Django's task framework:
+
+- ``task_runs``: a ``@task`` run's name resolved to its Task, the task as the run's
+  body, and the run read back as a ``TaskResult``.
 """

@@ -13,6 +13,12 @@ the sync work runs:
 
 The caller's context variables go along (the frame of the body, a span), as
 ``sync_to_async`` takes them.
+
+Before a long wait from async code (``aresult``, ``awatch``), ``release`` closes the
+idle connections of that thread for sync code. Under Django's ASGI handler it is the
+request's own thread (``ThreadSensitiveContext``), where a view's ORM calls opened a
+connection that Django closes only at ``request_finished``: a hundred open streams
+would hold a hundred connections while the hub alone reads for them.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from concurrent.futures import Executor
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.db import connections
 
 T = TypeVar("T")
 
@@ -41,3 +48,19 @@ async def offload(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     context = contextvars.copy_context()
     call = functools.partial(context.run, fn, *args, **kwargs)
     return await asyncio.get_running_loop().run_in_executor(executor, call)
+
+
+async def release() -> None:
+    """Close the idle connections of the caller's thread for sync code (see the module
+    docstring): the next ORM call there opens one again."""
+    if offload_to.get() is not None:
+        return  # a worker loop's threads keep theirs: every run of the loop shares them
+    await sync_to_async(close_idle, thread_sensitive=True)()
+
+
+def close_idle() -> None:
+    """Close this thread's connections that hold no transaction (closing one that does
+    would lose its work: it stays)."""
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None and conn.autocommit and not conn.in_atomic_block:
+            conn.close()

@@ -106,7 +106,14 @@ def value(outcome: dict[str, Any]) -> Any:
     """What an ended run gives its waiter: its result, or its failure raised."""
     status, error = outcome["status"], outcome.get("error") or {}
     if status == Status.COMPLETED:
-        return serde.decode(outcome.get("result"))
+        try:
+            return serde.decode(outcome.get("result"))
+        except EverystepError:
+            raise
+        except Exception as exc:  # a value stored before a deploy renamed its type, say
+            raise EverystepError(
+                f"the result of run {outcome['run']} cannot be rebuilt: {exc!r}"
+            ) from exc
     if status == Status.STOPPED:
         raise RunStopped(error.get("reason", error.get("message", "")), _payload(error))
     if status == Status.CANCELLED:
@@ -152,6 +159,23 @@ def ended_outcomes(
         {"run": str(run), "status": found[run][0], "result": found[run][1], "error": found[run][2]}
         for run in ids
     ]
+
+
+def look_outside(ids: list[uuid.UUID], what: str) -> list[dict[str, Any]] | None:
+    """An async waiter's own look, on its caller's thread, at runs the hub could not see
+    (``everystep.engine.waiters``): their outcomes if they have ended, None if they are
+    visible to the hub now; an open transaction refused as ``result()`` refuses it, an
+    unknown id an error."""
+    try:
+        ended = _outcomes(ids, what)
+    except StoreUnavailable as exc:
+        raise EverystepError(f"{what}: {exc}") from exc
+    if ended is not None:
+        return ended
+    refusal = in_transaction(what)
+    if refusal is not None:
+        raise EverystepError(refusal)
+    return None  # committed since the hub's read: it sees them now
 
 
 def awaited_runs(

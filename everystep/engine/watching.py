@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
+from everystep import serde
 from everystep.engine.results import in_transaction, run_ids
 from everystep.engine.waits import as_delay
 from everystep.errors import EverystepError, StoreUnavailable, WaitTimeout
@@ -84,6 +85,24 @@ def _watch(run_id: UUID, limit: timedelta | None) -> Iterator[dict[str, Any]]:
                     return
     except StoreUnavailable as exc:
         raise EverystepError(f"watch(): {exc}") from exc
+
+
+def decoded(run_id: UUID, stored: dict[str, Any], what: str) -> dict[str, Any]:
+    """Run ``run_id``'s values, read in their stored form, rebuilt one key at a time, as
+    ``published()`` rebuilds them (a value whose type is gone is shown as stored); one
+    that fails otherwise is an ``EverystepError`` for this reader alone (``awatch``'s hub
+    decodes for each watcher apart: one run's bad value must not fail the others)."""
+    values = {}
+    for key, value in stored.items():
+        try:
+            values[key] = serde.decode(value)
+        except EverystepError:
+            values[key] = value
+        except Exception as exc:
+            raise EverystepError(
+                f"{what}: run {run_id}'s published value {key!r} cannot be rebuilt: {exc!r}"
+            ) from exc
+    return values
 
 
 def _state(run_id: UUID) -> store.State:

@@ -394,38 +394,92 @@ def hub_idle() -> None:
     assert current_hub().idle.wait(10), "the hub still holds its connections"
 
 
+def own_pid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
+
+
 def backend_pids() -> set[int]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
         return {row[0] for row in cursor.fetchall()}
 
 
+async def hub_backends(before: set[int]) -> list[int]:
+    """Once the hub reads and LISTENs for a waiter: its two backends."""
+    hub = current_hub()
+    reads = hub.counts()[0]
+    while not (waiting() and hub.listening and hub.counts()[0] > reads):
+        await asyncio.sleep(0.01)
+    # Not this loop's own (its sync_to_async thread's connection).
+    hubs = await sync_to_async(lambda: backend_pids() - {own_pid()})() - before
+    assert len(hubs) == 2, hubs  # its connection for reads, and its LISTEN
+    return sorted(hubs)
+
+
+async def terminate(pids: list[int]) -> None:
+    await sync_to_async(pgadmin.execute)(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = ANY(%s)", [pids]
+    )
+
+
 @pytest.mark.backends("postgres")
-def test_a_lost_hub_connection_fails_its_waiters_clearly_and_the_hub_recovers():
-    """The hub's connections killed by the server: the waiting ``aresult`` raises an
-    ``EverystepError`` (as ``result()`` would), and the next waiter is served again."""
+def test_a_lost_hub_connection_is_read_again_and_its_waiters_keep_waiting():
+    """The hub's connections killed by the server (a blip): its read is made again on a
+    fresh connection, its LISTEN too, and the waiting ``aresult`` returns its run's
+    result once the run ends, instead of an error."""
+    hub_idle()
+    before = backend_pids()
+    later = schedule(cw.child_sum, 5, 5)
+
+    async def scenario() -> Any:
+        task = asyncio.ensure_future(aresult(later, timeout=60))
+        await terminate(await hub_backends(before))
+        hub = current_hub()
+        reads = hub.counts()[0]
+        while not (hub.counts()[0] > reads + 1 and hub.listening):
+            await asyncio.sleep(0.01)
+        await sync_to_async(run_due)()
+        return await task
+
+    assert on_a_thread_result(scenario) == 10
+
+
+@pytest.mark.backends("postgres")
+def test_a_database_gone_for_good_fails_the_waiters_clearly_and_the_hub_recovers():
+    """The hub's connections killed and new ones refused: after its one read again, the
+    waiting ``aresult`` raises an ``EverystepError`` (as ``result()`` would); once the
+    database takes connections again, the next waiter is served."""
     hub_idle()
     before = backend_pids()
     never, later = schedule(cw.child_waits, "never"), schedule(cw.child_sum, 5, 5)
+    name = connection.settings_dict["NAME"]
 
     async def scenario() -> None:
-        hub = current_hub()
-        reads = hub.counts()[0]
         task = asyncio.ensure_future(aresult(never, timeout=60))
-        while not (waiting() and hub.listening and hub.counts()[0] > reads):
-            await asyncio.sleep(0.01)
-        hubs = await sync_to_async(backend_pids)() - before
-        assert len(hubs) == 2, hubs  # its connection for reads, and its LISTEN
-        await sync_to_async(pgadmin.execute)(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = ANY(%s)",
-            [sorted(hubs)],
-        )
-        with pytest.raises(EverystepError, match=r"aresult\(\): .*(terminat|closed)"):
-            await task
+        hubs = await hub_backends(before)
+        try:
+            await sync_to_async(pgadmin.execute)(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+            await terminate(hubs)
+            with pytest.raises(EverystepError, match=r"aresult\(\): .*"):
+                await task
+        finally:
+            await sync_to_async(pgadmin.execute)(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
 
-    async_to_sync(scenario)()
+    on_a_thread_result(scenario)
     with completed_once(lambda: waiting() == 1):
         assert sync(aresult, later, timeout=60) == 10
+
+
+def on_a_thread_result(coro: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    """``on_a_thread``, joined: the loop's result, or its exception raised here."""
+    thread, outcome = on_a_thread(coro)
+    thread.join(120)
+    assert outcome, "the loop did not finish"
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
 
 
 @pytest.mark.backends("postgres")

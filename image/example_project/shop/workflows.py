@@ -46,7 +46,8 @@ def import_rows(total: int, pause: float) -> int:
 
 
 @workflow(name=IMPORT)
-def import_catalogue(total: int = 100, pause: float = 0.05) -> int:
+def import_catalogue(total: int = 100, pause: float = 0.05, owner: int | None = None) -> int:
+    # ``owner``: the user who started it (shop/views.py streams it to that user only).
     # From the body, replay-safe: a later pass of this run does not publish it again.
     publish("import", {"done": 0, "total": total})
     return import_rows(total, pause)
