@@ -27,7 +27,7 @@ VENV_TOOLS ?= .venv-tools
 TOOLS := checkov==3.3.30 kubernetes-validate==1.37.0
 K8S_VERSION ?= 1.37.0
 
-.PHONY: demo test lint docs unit quickstart integration pgbouncer several-databases modes netfaults compat browser image \
+.PHONY: demo test lint docs unit bench-smoke quickstart integration pgbouncer several-databases modes netfaults compat browser image \
 	image-test image-constraints compose-check install install-dev clean manifest-check install-tools
 
 $(BIN)/python:
@@ -57,6 +57,13 @@ docs: install-dev
 
 unit: install-dev
 	$(BIN)/pytest tests/unit
+
+# Every bench script of bench/ at a tiny N, one database each, its result line to a
+# temporary directory (tests/bench/test_bench_smoke.py; about 3 minutes). chaos.py runs on
+# SQLite (it restarts database servers), netfaults.py its latency scenario only (the others
+# need root network namespaces); bench/peers/ is left out (venvs of other projects).
+bench-smoke: install-dev
+	$(BIN)/pytest tests/bench
 
 # The distributions as a user gets them: sdist and wheel of the library and the runner built
 # and checked (twine check --strict), then docs/quickstart.md followed in a new virtualenv
@@ -194,7 +201,7 @@ manifest-check: install-tools
 	$(VENV_TOOLS)/bin/checkov --quiet --compact --skip-download --framework dockerfile \
 		-f Dockerfile
 
-test: lint docs manifest-check unit quickstart integration pgbouncer several-databases modes \
+test: lint docs manifest-check unit bench-smoke quickstart integration pgbouncer several-databases modes \
 	netfaults browser compat \
 	compose-check image-test
 

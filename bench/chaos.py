@@ -196,6 +196,11 @@ def benchmark(args: argparse.Namespace, run: Session) -> dict[str, Any]:
     before = chaos_checks.analyse(fleet.events)
     settling = settle_and_finish(args.drain_timeout)
     after = chaos_checks.analyse(fleet.events)
+    for slot in fleet.slots:
+        # A worker the last disturbance started may still be importing Django: SIGTERM
+        # before its handler exists kills it (-15), which says nothing about the drain.
+        if slot.proc:
+            slot.proc.wait_ready()
     exit_codes = [slot.proc.terminate() if slot.proc else None for slot in fleet.slots]
     found = chaos_checks.problems(before) + [
         f"after settling: {p}" for p in chaos_checks.problems(after)

@@ -19,20 +19,26 @@ Prints: runs and their outcomes, time to recover (the stop to the first run comp
 after it) and to finish, step records a client saw committed and lost, records the old
 primary had committed and the new one lacks (the asynchronous window, read from the old
 primary opened again afterwards), step executions beyond one per recorded step, and
-whether every invariant held; exits 1 if one did not.
+whether every invariant held; exits 1 if one did not. Appends one JSON line (``"kind":
+"failover"``) to ``bench/results/failover.jsonl`` (``--results DIR``: elsewhere).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import platform
 import shutil
 import sys
 import tempfile
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from harness.options import add_results_argument
+from harness.results import append_result, loadavg, plain_args, source_info
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -167,6 +173,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--at", type=float, default=0.3, help="fail over once this share is completed (0.3)")
     add("--bound", type=float, default=300.0, help="seconds to wait for each phase (300)")
     add("--keep-logs", action="store_true", help="keep the worker logs")
+    add("--label", default="current", help="names the result line (current)")
+    add_results_argument(parser)
     args = parser.parse_args(argv)
     if min(args.runs, args.workers, args.pool) < 1 or not 0 < args.at < 1:
         parser.error("--runs, --workers and --pool must be positive, --at between 0 and 1")
@@ -178,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         raise SystemExit("run as root: the clusters run as the postgres user (runuser)")
     setup_django()
+    started = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "loadavg_start": loadavg()}
     logs = Path(tempfile.mkdtemp(prefix="everystep-failover-"))
     finished = False
     try:
@@ -189,7 +198,31 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(logs, ignore_errors=True)
     report(args, figures)
+    append_result(result_line(args, started, figures), args.results)
     return 1 if figures["problems"] else 0
+
+
+def result_line(
+    args: argparse.Namespace, started: dict[str, Any], figures: dict[str, Any]
+) -> dict[str, Any]:
+    """The result line: this bench has no database of the harness's, so the machine part
+    is read here (the servers are the bench's own clusters)."""
+    machine = {
+        **started,
+        "nproc": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "loadavg_end": loadavg(),
+    }
+    return {
+        "kind": "failover",
+        "db": "postgres",
+        "label": args.label,
+        "args": plain_args(args),
+        "source": source_info(ROOT),
+        "machine": machine,
+        **figures,
+    }
 
 
 if __name__ == "__main__":

@@ -83,6 +83,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--plan-repeat", type=int, default=20, help="executions per timed query (20)"
     )
     parser.add_argument("--skip-phases", action="store_true", help="fill and plans only")
+    parser.add_argument(
+        "--plans",
+        type=Path,
+        default=PLANS,
+        metavar="DIR",
+        help="write the plans here (bench/plans)",
+    )
     args = parser.parse_args(argv)
     options.check_phase_arguments(parser, args)
     if min(args.history, args.steps, args.days, args.fill_batch, args.plan_repeat) < 1:
@@ -99,8 +106,8 @@ def write_plans(
 ) -> Path:
     from django.db import connection
 
-    PLANS.mkdir(exist_ok=True)
-    target = PLANS / f"{args.db}-history-{args.history}.txt"
+    args.plans.mkdir(parents=True, exist_ok=True)
+    target = args.plans / f"{args.db}-history-{args.history}.txt"
     lines = [
         f"# everystep queries with a history of {fill['runs']:,} finished runs "
         f"({fill['runs'] * fill['steps_per_run']:,} steps), {info['db_version']}",
@@ -175,7 +182,7 @@ def benchmark(args: argparse.Namespace, run: Session) -> dict[str, Any]:
                 empty.append(phase(args, run.workers, "empty", number, None))
     return {
         "history": fill,
-        "plans_file": str(plans.relative_to(ROOT)),
+        "plans_file": str(plans.relative_to(ROOT) if plans.is_relative_to(ROOT) else plans),
         "queries": {
             p.name: {"call_ms": p.median_ms, "statements": [s.as_dict() for s in p.statements]}
             for p in done

@@ -53,6 +53,9 @@ def main(argv: list[str]) -> int:
     options.add_common_arguments(parser)
     parser.add_argument("--runs", type=int, default=200, help="runs counted per phase (200)")
     parser.add_argument("--batch", type=int, default=2, help="runs per claim (2)")
+    parser.add_argument(
+        "--warm-runs", type=int, default=WARM_RUNS, help=f"runs before counting ({WARM_RUNS})"
+    )
     parser.add_argument("--inner", choices=["everystep", "raw"], help=argparse.SUPPRESS)
     parser.add_argument("--report", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -72,7 +75,12 @@ def main(argv: list[str]) -> int:
         "kind": "instructions",
         "db": args.db,
         "label": args.label,
-        "args": {"runs": args.runs, "batch": args.batch, "source": str(args.source)},
+        "args": {
+            "runs": args.runs,
+            "batch": args.batch,
+            "warm_runs": args.warm_runs,
+            "source": str(args.source),
+        },
         **{k: mine[k] for k in ("source", "machine")},
         "everystep_instructions_per_run": mine["per_run"],
         "raw_instructions_per_run": raw["per_run"],
@@ -103,6 +111,7 @@ def counted(args: argparse.Namespace, phase: str, scratch: Path) -> dict[str, An
         str(Path(__file__).resolve()),
         *("--db", args.db, "--source", str(args.source), "--label", args.label),
         *("--runs", str(args.runs), "--batch", str(args.batch)),
+        *("--warm-runs", str(args.warm_runs)),
         *("--inner", phase, "--report", str(report)),
     ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -135,7 +144,7 @@ def inner(args: argparse.Namespace) -> int:
         quiet.setLevel(logging.INFO)
         quiet.propagate = False
         execute = execute_raw if args.inner == "raw" else execute_everystep
-        runs.schedule_runs(bench_three, WARM_RUNS)
+        runs.schedule_runs(bench_three, args.warm_runs)
         execute(args.batch)
         runs.clear_runs()
         runs.schedule_runs(bench_three, args.runs)

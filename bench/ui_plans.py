@@ -34,8 +34,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import ui_scale
+from harness.options import add_results_argument
 from harness.results import append_result, loadavg, machine_info, source_info
 from harness.server import retrying
 from ui_scale import BENCH, ROOT, configure, create_database
@@ -72,13 +75,13 @@ COLUMNS = [
 # -- filling -----------------------------------------------------------------------------
 
 
-def _chunk_rows(number: int, origin: datetime) -> list[tuple[Any, ...]]:
+def _chunk_rows(number: int, origin: datetime, runs: int) -> list[tuple[Any, ...]]:
     """Chunk ``number``'s runs: its slice of the 180 days, the same rows on every pass."""
     import ui_scale_data as data
 
     rng = random.Random(number)
     width = timedelta(days=DAYS) / CHUNKS
-    start, count = origin + width * number, RUNS // CHUNKS
+    start, count = origin + width * number, runs // CHUNKS
     moments = iter(sorted(start + width * rng.random() for _ in range(count)))
     fanout_chunk = int(FANOUT_DAY * CHUNKS / DAYS)
     end = origin + timedelta(days=DAYS)
@@ -86,7 +89,7 @@ def _chunk_rows(number: int, origin: datetime) -> list[tuple[Any, ...]]:
     fanout_due = number == fanout_chunk
     for created in moments:
         children = rng.randint(2, 10) if rng.random() < PARENT_SHARE else 0
-        fanout = fanout_due and len(rows) >= 1_000
+        fanout = fanout_due and len(rows) >= min(1_000, count // 2)
         if fanout:
             children, fanout_due = FANOUT_CHILDREN, False
         children = min(children, count - len(rows) - 1)
@@ -122,7 +125,7 @@ def _run(
     )  # fmt: skip
 
 
-def fill(connection: Any) -> datetime:
+def fill(connection: Any, runs: int) -> datetime:
     """Migrate and fill the database (the chunks not written yet); the origin of the
     180 days."""
     import ui_scale_data as data
@@ -138,7 +141,7 @@ def fill(connection: Any) -> datetime:
     for number in range(CHUNKS):
         if number in done:
             continue
-        rows = _chunk_rows(number, origin)
+        rows = _chunk_rows(number, origin, runs)
 
         def write(rows: list[tuple[Any, ...]] = rows, number: int = number) -> None:
             with transaction.atomic():
@@ -328,7 +331,9 @@ def measure(call: Callable[[], Any]) -> dict[str, Any]:
     }
 
 
-def run_pass(values: dict[str, Any], header: dict[str, Any], variant: str) -> dict[str, Any]:
+def run_pass(
+    values: dict[str, Any], header: dict[str, Any], variant: str, results: Path
+) -> dict[str, Any]:
     """Every combination measured as the runs page runs it; one result line each."""
     from everystep.store.reports import list_runs, status_counts
     from everystep.ui.views import RUNS_LIMIT
@@ -351,7 +356,7 @@ def run_pass(values: dict[str, Any], header: dict[str, Any], variant: str) -> di
               f"{counts['read']:>9,} read {counts['call_ms']:>8.1f} ms"
               f"{' SCANS' if counts['scans'] else ''}", flush=True)  # fmt: skip
         append_result({**header, "variant": variant, "filters": list(combo),
-                       "list": _summary(listed), "counts": _summary(counts)})  # fmt: skip
+                       "list": _summary(listed), "counts": _summary(counts)}, results)  # fmt: skip
     return plans
 
 
@@ -391,7 +396,7 @@ def _analyze(connection: Any) -> None:
             cursor.fetchall()
 
 
-def query_changes(values: dict[str, Any], header: dict[str, Any]) -> None:
+def query_changes(values: dict[str, Any], header: dict[str, Any], results: Path) -> None:
     """The query changes the results weigh, measured beside what the page runs."""
     from django.db import connection
 
@@ -444,10 +449,10 @@ def query_changes(values: dict[str, Any], header: dict[str, Any]) -> None:
         measured = measure(call)
         print(f"{label:60} {measured['read']:>9,} read {measured['call_ms']:>8.1f} ms", flush=True)
         append_result({**header, "variant": "query change", "change": label,
-                       "counts": _summary(measured)})  # fmt: skip
+                       "counts": _summary(measured)}, results)  # fmt: skip
 
 
-def hot_path(header: dict[str, Any], variant: str) -> None:
+def hot_path(header: dict[str, Any], variant: str, results: Path) -> None:
     """What a claim and a finish touch for one plain run, one task run and one child run:
     each UPDATE explained and rolled back (PostgreSQL's buffers include the indexes'
     new entries; MariaDB's ANALYZE gives its time)."""
@@ -482,7 +487,7 @@ def hot_path(header: dict[str, Any], variant: str) -> None:
                 transaction.set_rollback(True)
             found[f"{kind} {step}"] = one
     print(f"-- hot path, {variant}: " + ", ".join(f"{k} {v}" for k, v in found.items()))
-    append_result({**header, "variant": variant, "hot_path": found})
+    append_result({**header, "variant": variant, "hot_path": found}, results)
 
 
 def explain_write(sql: str, params: Any) -> dict[str, Any]:
@@ -524,21 +529,9 @@ def _uptime() -> str:
 
 def drop_database(database: str) -> None:
     """Drop the database this script made (the name is checked as ``create_database`` does)."""
-    from django.db import connections
-
     if not database.startswith("everystep_scale_plans"):
         raise SystemExit(f"refusing to drop {database!r}")
-    connections["default"].close()
-    admin = connections["default"].settings_dict.copy()
-    admin["NAME"] = "postgres" if admin["ENGINE"].endswith("postgresql") else "test"
-    conn = type(connections["default"])(admin, "plans_admin")
-    with conn.cursor() as cursor:
-        if conn.vendor == "postgresql":
-            cursor.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        else:
-            cursor.execute(f"DROP DATABASE IF EXISTS `{database}`")
-    conn.close()
-    print(f"dropped {database}")
+    ui_scale.drop_database(database)
 
 
 def main() -> None:
@@ -549,7 +542,14 @@ def main() -> None:
     parser.add_argument(
         "--proposed", action="store_true", help="then make PROPOSED's indexes and measure again"
     )
+    parser.add_argument("--runs", type=int, default=RUNS, help=f"runs in the history ({RUNS})")
+    add_results_argument(parser)
+    parser.add_argument(
+        "--plans", type=Path, default=PLANS, metavar="DIR", help="write the plans here"
+    )
     args = parser.parse_args()
+    if args.runs < 250 * CHUNKS:  # the fan-out's 100 children probed fit in one chunk
+        parser.error(f"--runs: at least {250 * CHUNKS}")
     if not args.database.startswith("everystep_scale_plans"):
         raise SystemExit("--database must start with everystep_scale_plans")
     configure(args.db, args.database)
@@ -560,20 +560,20 @@ def main() -> None:
 
     create_database(args.database)
     try:
-        origin = fill(connection)
+        origin = fill(connection, args.runs)
         values = probe_values(origin)
         shown = {k: str(v) for k, v in values.items()}
         header = {"kind": "ui_plans", "db": args.db, **machine_info(), "values": shown}
         header["source"] = source_info(ROOT)
-        plans = {"as is": run_pass(values, header, "as is")}
-        query_changes(values, header)
-        hot_path(header, "as is")
+        plans = {"as is": run_pass(values, header, "as is", args.results)}
+        query_changes(values, header, args.results)
+        hot_path(header, "as is", args.results)
         if args.proposed:
             make_proposed(connection)
-            plans["proposed indexes"] = run_pass(values, header, "proposed indexes")
-            hot_path(header, "proposed indexes")
-        PLANS.mkdir(exist_ok=True)
-        target = PLANS / f"ui_plans-{args.db}.json"
+            plans["proposed indexes"] = run_pass(values, header, "proposed indexes", args.results)
+            hot_path(header, "proposed indexes", args.results)
+        args.plans.mkdir(parents=True, exist_ok=True)
+        target = args.plans / f"ui_plans-{args.db}.json"
         target.write_text(json.dumps(plans, indent=1, default=str))
         print(f"plans in {target}; load at the end: {_uptime()}")
     finally:

@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/ui_scale.py --db postgres generate
     .venv/bin/python bench/ui_scale.py --db postgres time [--requests 20]
+    .venv/bin/python bench/ui_scale.py --db postgres drop
 
 ``generate`` creates the database ``everystep_scale`` (``--database`` to name another)
 on the local server, migrates it with the project's migrations and fills it; it is
@@ -23,8 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.options import add_results_argument
 from harness.server import retrying
-from ui_scale_timing import time_all
+from ui_scale_data import RUNS
+from ui_scale_timing import PLANS, time_all
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -67,10 +70,30 @@ def create_database(database: str) -> None:
     conn.close()
 
 
+def drop_database(database: str) -> None:
+    """``DROP DATABASE`` through the server's own database (a name ``create_database``
+    would fill)."""
+    if not database.startswith("everystep_scale"):
+        raise SystemExit(f"refusing to drop {database!r}")
+    from django.db import connections
+
+    connections["default"].close()
+    admin = connections["default"].settings_dict.copy()
+    admin["NAME"] = "postgres" if admin["ENGINE"].endswith("postgresql") else "test"
+    conn = type(connections["default"])(admin, "scale_admin")
+    with conn.cursor() as cursor:
+        if conn.vendor == "postgresql":
+            cursor.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        else:
+            cursor.execute(f"DROP DATABASE IF EXISTS `{database}`")
+    conn.close()
+    print(f"dropped {database}")
+
+
 # -- generate ----------------------------------------------------------------------------
 
 
-def generate() -> None:
+def generate(runs: int) -> None:
     import ui_scale_data as data
     from django.core.management import call_command
     from django.db import connection
@@ -80,7 +103,7 @@ def generate() -> None:
     done = retrying(lambda: data.done_chunks(connection))
     print(f"origin {origin.isoformat()}; {len(done)} of {data.CHUNKS + 1} chunks already written")
     began = time.monotonic()
-    for chunk in data.all_chunks(origin, done):
+    for chunk in data.all_chunks(origin, done, runs):
         took = retrying(functools.partial(data.write_chunk, connection, chunk, origin))
         print(f"  chunk {chunk.number}: {len(chunk.runs)} runs, {len(chunk.steps)} steps, "
               f"{took:.1f} s", flush=True)  # fmt: skip
@@ -129,7 +152,12 @@ def main() -> None:
         help="tree whose everystep/ and tests/ are measured and migrate the database "
         "(default: this repository); e.g. a scratch merge with another branch",
     )
-    parser.add_argument("command", choices=["generate", "time"])
+    parser.add_argument(
+        "--runs", type=int, default=RUNS, help=f"generate: runs besides the big one ({RUNS})"
+    )
+    add_results_argument(parser)
+    parser.add_argument("--plans", type=Path, default=PLANS, metavar="DIR", help="time: plans")
+    parser.add_argument("command", choices=["generate", "time", "drop"])
     args = parser.parse_args()
     configure(args.db, args.database, args.source)
     import django
@@ -140,9 +168,11 @@ def main() -> None:
     print(f"everystep from {Path(everystep.__file__).resolve().parent}", flush=True)
     if args.command == "generate":
         create_database(args.database)
-        generate()
+        generate(args.runs)
+    elif args.command == "time":
+        time_all(args.db, args.requests, args.source, args.results, args.plans)
     else:
-        time_all(args.db, args.requests, args.source)
+        drop_database(args.database)
 
 
 if __name__ == "__main__":

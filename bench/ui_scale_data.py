@@ -85,11 +85,11 @@ class Chunk:
     steps: list[tuple[Any, ...]]
 
 
-def make_chunk(number: int, origin: datetime) -> Chunk:
+def make_chunk(number: int, origin: datetime, runs: int = RUNS) -> Chunk:
     """Chunk ``number`` of ``CHUNKS``: its slice of the 90 days, its runs and steps."""
     rng = random.Random(number)
     width = timedelta(days=DAYS) / CHUNKS
-    count = RUNS // CHUNKS
+    count = runs // CHUNKS
     start = origin + width * number
     moments = sorted(start + width * rng.random() for _ in range(count))
     runs, steps = [], []
@@ -203,13 +203,13 @@ def big_run(origin: datetime) -> Chunk:
     return Chunk(-1, [run], steps)
 
 
-def all_chunks(origin: datetime, done: set[int]) -> Iterator[Chunk]:
+def all_chunks(origin: datetime, done: set[int], runs: int = RUNS) -> Iterator[Chunk]:
     """The chunks not written yet, the big run first."""
     if -1 not in done:
         yield big_run(origin)
     for number in range(CHUNKS):
         if number not in done:
-            yield make_chunk(number, origin)
+            yield make_chunk(number, origin, runs)
 
 
 # -- writing ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from harness.results import append_result, loadavg, machine_info, source_info
+from harness.results import RESULTS, append_result, loadavg, machine_info, source_info
 from harness.server import retrying
 
 WARMUP = 2
@@ -89,7 +89,9 @@ def queries() -> list[tuple[str, Callable[[dict[str, Any]], Any]]]:
     ]
 
 
-def time_all(db: str, requests: int, source: Any) -> None:
+def time_all(
+    db: str, requests: int, source: Any, results: Path = RESULTS, plans: Path = PLANS
+) -> None:
     """Time every page and query; print one table; write the plans of ``db``; append
     the figures to ``bench/results/ui_scale.jsonl``."""
     from django.core.signals import request_started
@@ -102,8 +104,8 @@ def time_all(db: str, requests: int, source: Any) -> None:
     values = retrying(context)
     client = Client()
     client.force_login(retrying(_staff))
-    PLANS.mkdir(exist_ok=True)
-    for stale in PLANS.glob(f"{db}_*.txt"):  # a label may have been renamed since
+    plans.mkdir(parents=True, exist_ok=True)
+    for stale in plans.glob(f"{db}_*.txt"):  # a label may have been renamed since
         stale.unlink()
     info = machine_info()
     print(f"{'what':48} {'median ms':>10} {'p95 ms':>8} {'queries':>8}")
@@ -118,19 +120,22 @@ def time_all(db: str, requests: int, source: Any) -> None:
             # A search that finds exactly one run redirects to its page.
             assert response.status_code in (200, 302), (url, given, response.status_code)
 
-        figures[label] = _report(db, label, get, requests)
+        figures[label] = _report(db, label, get, requests, plans)
     for label, query in queries():
-        figures[label] = _report(db, label, functools.partial(query, values), requests)
+        figures[label] = _report(db, label, functools.partial(query, values), requests, plans)
     info["loadavg_end"] = loadavg()
     append_result(
         {"kind": "ui_scale", "bench": "ui_scale", "db": db, "requests": requests}
         | {"source": source_info(source)}
         | info
-        | {"pages": figures}
+        | {"pages": figures},
+        results,
     )
 
 
-def _report(db: str, label: str, action: Callable[[], Any], requests: int) -> dict[str, float]:
+def _report(
+    db: str, label: str, action: Callable[[], Any], requests: int, plans: Path
+) -> dict[str, float]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -146,7 +151,7 @@ def _report(db: str, label: str, action: Callable[[], Any], requests: int) -> di
     flag = "" if p95 < TARGET_MS else "  MISSES 200 ms"
     print(f"{label:48} {median:10.1f} {p95:8.1f} {len(statements):8}{flag}",
           flush=True)  # fmt: skip
-    retrying(lambda: _write_plans(db, label, statements))
+    retrying(lambda: _write_plans(db, label, statements, plans))
     return {"median_ms": round(median, 1), "p95_ms": round(p95, 1), "queries": len(statements)}
 
 
@@ -156,7 +161,7 @@ def _timed(action: Callable[[], Any]) -> float:
     return time.perf_counter() - began
 
 
-def _write_plans(db: str, label: str, statements: list[str]) -> None:
+def _write_plans(db: str, label: str, statements: list[str], plans: Path) -> None:
     from django.db import connection
 
     # Only everystep's own tables: the session and user lookups are Django's.
@@ -173,15 +178,18 @@ def _write_plans(db: str, label: str, statements: list[str]) -> None:
             plan = "\n".join(str(row[0]) for row in cursor.fetchall())
             out.append(f"\n## {sql}\n\n{plan}\n")
     name = "".join(c if c.isalnum() else "_" for c in label).strip("_")
-    (PLANS / f"{db}_{name}.txt").write_text("".join(out), encoding="utf-8")
+    (plans / f"{db}_{name}.txt").write_text("".join(out), encoding="utf-8")
 
 
 def _staff() -> Any:
+    """A staff user holding ``everystep.view_workflow``, which every page needs."""
     from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
 
     user, _ = get_user_model().objects.get_or_create(
         username="scale-bench", defaults={"is_staff": True}
     )
+    user.user_permissions.add(Permission.objects.get(codename="view_workflow"))
     return user
 
 
@@ -194,11 +202,14 @@ def context() -> dict[str, Any]:
     big = Workflow.objects.get(name="scale.big_run", idempotency_key="big-run")
     by_name = Workflow.objects.values("name").annotate(n=Count("id")).order_by("-n")
     names = [row["name"] for row in by_name]
-    keyed = Workflow.objects.filter(idempotency_key__isnull=False).order_by("id")[150_000]
+    keyed_runs = Workflow.objects.filter(idempotency_key__isnull=False).order_by("id")
+    # The offsets are those of a million runs; a smaller database (a smoke run's) its last.
+    keyed = keyed_runs[min(150_000, keyed_runs.count() - 1)]
     newest = Workflow.objects.aggregate(at=Max("created_at"))["at"]
     t0 = (newest - timedelta(days=60)).replace(microsecond=0)
     t1 = t0 + timedelta(days=1)
-    deep = Workflow.objects.order_by("-id").values_list("id", flat=True)[600_000]
+    deep_at = min(600_000, Workflow.objects.count() - 1)
+    deep = Workflow.objects.order_by("-id").values_list("id", flat=True)[deep_at]
     return {
         "big": str(big.id),
         "prefix": big.id.hex[:8],

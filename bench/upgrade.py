@@ -35,6 +35,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 
+from harness.options import add_results_argument  # noqa: E402
 from harness.results import append_result  # noqa: E402
 
 from tests.upgrade_load import Monitor, Writers, connect, populate, summary  # noqa: E402
@@ -132,6 +133,7 @@ def main() -> None:
     parser.add_argument("--plain-source", type=Path)
     parser.add_argument("--label", default="")
     parser.add_argument("--no-record", action="store_true", help="a trial: no result line")
+    add_results_argument(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="everystep-upgrade-") as tmp:
         scratch = Path(tmp)
@@ -162,7 +164,8 @@ def main() -> None:
                                 "loadavg_start": [round(x, 2) for x in os.getloadavg()],
                             },
                             **figures,
-                        }
+                        },
+                        args.results,
                     )
         finally:
             if args.plain_source is None:
