@@ -59,6 +59,7 @@ SMOKE: dict[str, tuple[str, list[str]]] = {
         "--db postgres --database everystep_scale_{name} --runs 2000 generate",
         "--db postgres --database everystep_scale_{name} --requests 1 --plans {plans}"
         " time"]),
+    "waiters_held.py": ("waiters_held", ["--quick --hold 0.2 --wait-quiet 0"]),
     "upgrade.py": ("upgrade", [
         "--db postgres --runs 200 --plain-source {scratch}/plain"]),
 }  # fmt: skip

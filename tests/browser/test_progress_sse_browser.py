@@ -3,7 +3,8 @@ project (image/example_project) served by uvicorn on its own SQLite file, with a
 ``everystep_worker``. A user holding ``shop.import_catalogue`` starts an import, and the
 page's ``<progress>``, fed by the Server-Sent Events of ``shop.views.import_events``
 (``everystep.awatch``), moves through values between 0 and 100 while the run goes and
-ends at 100; a user without the permission gets 403 from the stream."""
+ends at 100; a user without the permission gets 403 from the stream, and one with it
+gets 404 for an import another user started."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ new MutationObserver((records) => {
 }).observe(document, {subtree: true, attributes: true, attributeFilter: ["value"]});
 """
 
-# Two users and their sessions (Django's test client logs them in: sessions are rows in
+# Three users, their sessions and ids: the importer, a colleague who may import too,
+# and a visitor who may not (Django's test client logs them in: sessions are rows in
 # the project's database, so the served project accepts the cookies).
 USERS = """
 import json
@@ -51,22 +53,28 @@ from django.test import Client
 importer = User.objects.create_user("importer")
 importer.user_permissions.add(Permission.objects.get(content_type__app_label="shop",
                                                      codename="import_catalogue"))
+colleague = User.objects.create_user("colleague")
+colleague.user_permissions.add(Permission.objects.get(content_type__app_label="shop",
+                                                      codename="import_catalogue"))
 visitor = User.objects.create_user("visitor")
-sessions = {}
-for user in (importer, visitor):
+sessions, ids = {}, {}
+for user in (importer, colleague, visitor):
     client = Client()
     client.force_login(user)
     sessions[user.username] = client.cookies["sessionid"].value
-print(json.dumps(sessions))
+    ids[user.username] = user.pk
+print(json.dumps({"sessions": sessions, "ids": ids}))
 """
 
 
 @dataclass
 class Shop:
-    """The served example project: its URL, the users' session ids, its environment."""
+    """The served example project: its URL, the users' session ids and user ids, its
+    environment."""
 
     url: str
     sessions: dict[str, str]
+    ids: dict[str, int]
     env: dict[str, str]
 
     def shell(self, code: str) -> str:
@@ -158,7 +166,7 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shop]:
     data = tmp_path_factory.mktemp("shop")
     env = example_env(data)
     manage(env, "migrate", "--noinput", "-v", "0")
-    sessions = json.loads(shell(env, USERS))
+    users = json.loads(shell(env, USERS))
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     uvicorn = [sys.executable, "-m", "uvicorn", "mysite.asgi:application"]
@@ -177,7 +185,7 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shop]:
                     break
             assert time.monotonic() < deadline, _log_tail(data / "uvicorn.log")
             time.sleep(0.25)
-        yield Shop(url, sessions, env)
+        yield Shop(url, users["sessions"], users["ids"], env)
 
 
 def test_the_bar_moves_while_the_import_runs_and_ends_at_100(shop: Shop, browser: Any):
@@ -225,17 +233,19 @@ def test_the_bar_moves_while_the_import_runs_and_ends_at_100(shop: Shop, browser
     assert final.strip() == "completed {'import': {'done': 100, 'total': 100}}"
 
 
-def test_the_stream_answers_only_users_with_the_permission(shop: Shop):
-    """The stream of a real import: 403 for a user without ``shop.import_catalogue`` and
-    for no user; for the importer a text/event-stream of data events that ends with the
-    end event once the run is final."""
+def test_the_stream_answers_only_the_imports_owner(shop: Shop):
+    """The stream of a real import started for the importer: 403 for a user without
+    ``shop.import_catalogue`` and for no user; 404 for a user with that permission who
+    is not the import's owner; for the owner a text/event-stream of data events that
+    ends with the end event once the run is final."""
     run_id = shop.shell(
         "from everystep import schedule; from shop.workflows import import_catalogue; "
-        "print(schedule(import_catalogue, 20, 0.01).id)",
+        f"print(schedule(import_catalogue, 20, 0.01, {shop.ids['importer']}).id)",
     ).strip()
     events = f"{shop.url}/shop/imports/{run_id}/events/"
     assert get(events, shop.sessions["visitor"])[0] == 403
     assert get(events)[0] == 403
+    assert get(events, shop.sessions["colleague"])[0] == 404
     status, content_type, body = get(events, shop.sessions["importer"], timeout=RUN_TIMEOUT)
     assert (status, content_type) == (200, "text/event-stream")
     chunks = body.strip().split("\n\n")
