@@ -15,6 +15,9 @@ The package, in layers that import downwards only (``tests/unit/test_layers.py``
 - ``engine/`` (replay and the body's operations), and beside it ``context``, ``metrics``,
   ``logs``, ``sentry``;
 - ``worker/``: the long-running ``Worker``;
+- above the engine, beside the worker: ``waiting/`` (waiting from outside a run),
+  ``replays/`` (the replay check and forks), ``builtins/`` (everystep's own workflows),
+  ``task_runs`` (a Django ``@task``'s run, found through the registry's resolver);
 - edges: ``api`` (the public surface), ``async_api`` (its async twins), ``decorators``
   (``@workflow``, ``@step``), ``scheduling`` (``schedule``, ``start``), ``tasks`` (the
   ``django.tasks`` backend), ``testing``, ``management/`` (commands), ``ui/`` and ``urls``,

@@ -55,9 +55,9 @@ def result(run: Workflow | UUID | str, timeout: timedelta | float | None = None)
     ``RunStopped``, a cancelled one ``RunCancelled``; a blocked run is waited through;
     past ``timeout`` (seconds or ``timedelta``): ``WaitTimeout``. Inside a body the wait
     is durable (recorded, no worker slot held meanwhile); outside, it blocks."""
-    from everystep.engine import results
+    from everystep.waiting import blocking
 
-    return results.result(run, timeout)
+    return blocking.result(run, timeout)
 
 
 def gather(
@@ -66,9 +66,9 @@ def gather(
     """The results of ``runs``, in order, once the last has ended: inside a body one
     durable wait, resumed once. Failures as ``parallel()`` raises them: one is raised,
     several become an ``ExceptionGroup``."""
-    from everystep.engine import results
+    from everystep.waiting import blocking
 
-    return results.gather(runs, timeout)
+    return blocking.gather(runs, timeout)
 
 
 def fork(
@@ -82,7 +82,7 @@ def fork(
     now; ``args`` replace the arguments. Only a finished run can be forked; the original
     is left as it was. Refused with ``EverystepError`` (nothing written) when the fork
     would fail on replay. See docs/recovering.md."""
-    from everystep.engine.fork import fork_run
+    from everystep.replays.fork import fork_run
 
     return fork_run(run, from_step=from_step, args=args)
 
@@ -153,7 +153,7 @@ def publish(key: str, value: Any) -> None:
 
 def published(run: Workflow | UUID | str) -> dict[str, Any]:
     """The latest value of every key run ``run`` published."""
-    from everystep.engine.watching import published as read
+    from everystep.waiting.watching import published as read
 
     return read(run)
 
@@ -163,6 +163,6 @@ def watch(
 ) -> Iterator[dict[str, Any]]:
     """Yield run ``run``'s published values at once and on each change, ending after the
     run is final with its final values; past ``timeout`` a ``WaitTimeout``."""
-    from everystep.engine.watching import watch as follow
+    from everystep.waiting.watching import watch as follow
 
     return follow(run, timeout)

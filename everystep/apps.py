@@ -14,8 +14,15 @@ class EverystepConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from everystep import checks, conf, logs, metrics, sentry  # noqa: F401  (receivers)
-        from everystep.engine import bulk_run  # noqa: F401  (registers everystep.bulk_action)
+        from everystep import (  # noqa: F401  (receivers)
+            checks,
+            conf,
+            logs,
+            metrics,
+            sentry,
+            task_runs,
+        )
+        from everystep.builtins import bulk_action  # noqa: F401  (registers everystep.bulk_action)
         from everystep.store import network
 
         metrics.install()

@@ -3,7 +3,7 @@
 From async code outside a run (an ASGI view, a script's event loop): ``aschedule`` and
 ``asend`` do what ``schedule`` and ``send`` do, on a thread (Django's ORM is sync), and
 ``aresult`` / ``agather`` wait without holding a thread or a connection each: every
-waiter of a process shares one wake-up (``everystep.engine.waiters``).
+waiter of a process shares one wake-up (``everystep.waiting.waiters``).
 
 Inside an ``async def`` workflow body: ``asleep``, ``asleep_until``, ``await_for``,
 ``astart``, ``aresult`` and ``agather`` are the body's durable waits and child starts,
@@ -60,9 +60,9 @@ def aresult(run: Workflow | UUID | str, timeout: timedelta | float | None = None
     """Await ``run``'s result once it has ended, as ``result()`` returns it. Outside a
     body the wait holds no thread and shares the process's wake-up; inside an async body
     it is durable."""
-    from everystep.engine import async_ops
+    from everystep.waiting import waiters
 
-    return async_ops.aresult(run, timeout)
+    return waiters.aresult(run, timeout)
 
 
 @markcoroutinefunction
@@ -70,9 +70,9 @@ def agather(
     runs: Sequence[Workflow | UUID | str], timeout: timedelta | float | None = None
 ) -> Awaitable[list[Any]]:
     """Await the results of ``runs`` in order, as ``gather()`` returns them."""
-    from everystep.engine import async_ops
+    from everystep.waiting import waiters
 
-    return async_ops.agather(runs, timeout)
+    return waiters.agather(runs, timeout)
 
 
 @markcoroutinefunction
@@ -124,8 +124,8 @@ def awatch(
     """``watch()`` for async code: ``async for values in awatch(run)``. Its waits hold no
     thread and share the process's wake-up with every other ``awatch`` and ``aresult``."""
     from everystep.engine.results import run_ids
-    from everystep.engine.waiters import watch_values
     from everystep.engine.waits import as_delay
+    from everystep.waiting.waiters import watch_values
 
     (run_id,) = run_ids([run], "awatch()")
     limit = None if timeout is None else as_delay(timeout, "awatch() timeout")

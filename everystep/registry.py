@@ -1,5 +1,7 @@
-"""Workflow and step definitions, the process-wide registry of workflow names, and that
-of the Django ``@task`` objects defined for an everystep backend."""
+"""Workflow and step definitions, the process-wide registry of workflow names, the
+resolvers through which code above the engine owns names of its own (a Django task's
+run: ``everystep.task_runs``), and the Django ``@task`` objects defined for an everystep
+backend."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 
 from everystep.errors import EverystepError
 from everystep.serde import qualified_name
+from everystep.values import Claim
 
 
 @dataclass(frozen=True)
@@ -20,9 +23,14 @@ class WorkflowDef:
 
     name: str
     fn: Callable[..., Any]
-    # The Django ``Task`` whose function ``fn`` calls, for a task's run
-    # (``everystep.engine.task_runs``); None for a ``@workflow``.
-    task: Any = None
+    # What a run of this definition does as its pass begins, before the body (a Django
+    # task's run records its attempt: ``everystep.task_runs``). What it returns is the
+    # pass's ``RunState.begun``; None: the claim no longer holds the run (the pass is
+    # abandoned); an ``EverystepError``: the run fails. None for a ``@workflow``.
+    begin: Callable[[Claim], Any] | None = None
+    # Called with the claim and the run's name once a pass has ended the run in a final
+    # status (a task's run sends Django's ``task_finished``). None for a ``@workflow``.
+    finished: Callable[[Claim, str], None] | None = None
     # An ``async def`` body: its passes run on an event loop (``engine.async_body``).
     is_async: bool = False
 
@@ -103,6 +111,47 @@ def lookup(name: str) -> WorkflowDef | None:
     return _workflows.get(name)
 
 
+@dataclass(frozen=True)
+class Resolver:
+    """Names that code above the engine owns: ``resolve`` gives the definition of runs
+    named ``name`` (None: not one of its names, or not runnable here), ``why_unknown``
+    says why a name it did not resolve is none of its (``unknown workflow …, and it is
+    <why>``)."""
+
+    resolve: Callable[[str], WorkflowDef | None]
+    why_unknown: Callable[[str], str]
+
+
+_resolvers: list[Resolver] = []
+
+
+def add_resolver(resolver: Resolver) -> None:
+    """Ask ``resolver`` for the names no ``@workflow`` is registered under (once: adding
+    the same resolver again changes nothing)."""
+    with _lock:
+        if resolver not in _resolvers:
+            _resolvers.append(resolver)
+
+
+def definition(name: str) -> WorkflowDef | None:
+    """The definition of runs named ``name`` in this process: the ``@workflow``
+    registered under it, else what a resolver finds; None if neither (the reasons:
+    ``why_unknown(name)``)."""
+    found = lookup(name)
+    if found is not None:
+        return found
+    for resolver in tuple(_resolvers):
+        found = resolver.resolve(name)
+        if found is not None:
+            return found
+    return None
+
+
+def why_unknown(name: str) -> list[str]:
+    """Why each resolver did not resolve ``name``."""
+    return [resolver.why_unknown(name) for resolver in tuple(_resolvers)]
+
+
 def registered_names() -> list[str]:
     """Every registered workflow name, sorted."""
     return sorted(_workflows)
@@ -117,7 +166,7 @@ def workflow_def(fn: Any) -> WorkflowDef | None:
 # ``module_path``). Django's ``Task`` validates itself against its backend when it is
 # defined (``__post_init__``), and ``EverystepBackend.validate_task`` records it here: a
 # task run's name resolves only to one of these, so what a worker can run is what its own
-# start-up defined, never what a row names (``everystep.engine.task_runs``).
+# start-up defined, never what a row names (``everystep.task_runs``).
 _tasks: dict[str, Any] = {}
 
 

@@ -6,7 +6,7 @@
 ``task.enqueue()`` inserts a run in the caller's transaction, as ``schedule()`` does; a
 worker runs the task function as the run's workflow body, so ``@step`` calls inside it are
 recorded and served on replay. ``get_result()`` reads the run back as a ``TaskResult``
-(``everystep.engine.task_runs`` holds the mapping). Nothing to register by hand: Django's
+(``everystep.task_runs`` holds the mapping). Nothing to register by hand: Django's
 ``Task`` validates itself against its backend as it is defined, and this backend records
 it then (``everystep.registry``). A worker resolves a task run's name only to a task
 recorded so, which its start-up defined (every installed app's ``tasks`` module is
@@ -35,9 +35,8 @@ except ImportError:  # pragma: no cover - the branch taken depends on the Django
             "5.2 the django-tasks backport (pip install django-tasks)"
         ) from exc
 
-from everystep import registry, safe_text, serde
+from everystep import registry, safe_text, serde, task_runs
 from everystep.decorators import MAX_NAME_LENGTH
-from everystep.engine import task_runs
 from everystep.engine.waits import as_instant
 from everystep.store.runs import create_run, get_run
 from everystep.task_framework import framework_module

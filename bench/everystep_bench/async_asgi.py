@@ -9,7 +9,7 @@ application factory. Served by uvicorn as an ASGI deployment would be:
   ``{"run": …, "result": …}`` once the run has ended (504 past ``?timeout=`` seconds,
   600 by default; 500 with the error's text if ``aresult`` raises);
 - ``GET /waiting/`` answers how many waiters this process's hub holds and its reads so
-  far (``everystep.engine.waiters``): the benchmark fires its requests, then waits until
+  far (``everystep.waiting.waiters``): the benchmark fires its requests, then waits until
   every one is registered before it measures what the process holds.
 """
 
@@ -45,7 +45,7 @@ async def wait_view(request: HttpRequest, run_id: UUID) -> JsonResponse:
 
 
 async def waiting_view(request: HttpRequest) -> JsonResponse:
-    from everystep.engine.waiters import current_hub
+    from everystep.waiting.waiters import current_hub
 
     hub = current_hub()
     reads, ids_read = hub.counts()

@@ -1,5 +1,8 @@
-"""The engine: what a workflow body's calls do while a worker replays it, and the
-operations that replay a body outside a worker (fork, the replay check).
+"""The engine: what a workflow body's calls do while a worker replays it. Waiting from
+outside a run (``everystep.waiting``), the operators' replays (``everystep.replays``),
+everystep's own workflows (``everystep.builtins``) and Django's task framework sit above
+it, and the engine reaches them only through the registry (``registry.definition``,
+``WorkflowDef``'s hooks).
 
 One pass over a claimed run:
 
@@ -16,7 +19,7 @@ What a body calls, each a kind of recorded operation:
 - ``steps``: a step call; ``step_run``: a step executed, or served from its record;
 - ``parallel``: ``parallel()``, branches in their own id scopes;
 - ``waits``: ``sleep``, ``sleep_until``, ``wait_for``, and the one durable wait;
-- ``results``: ``result()`` and ``gather()``, waiting for runs to end;
+- ``results``: ``result()`` and ``gather()`` in a body, waiting for runs to end;
 - ``children``: ``start()`` inside a body;
 - ``patches``: ``patched()`` and ``deprecate_patch()``;
 - ``progress``: ``publish()``, from a body or a step.
@@ -28,23 +31,4 @@ Async bodies:
 - ``async_steps``: a step awaited;
 - ``offload``: sync work on a thread from async code, and the release of a request
   thread's idle connections before a long wait.
-
-Waiting from outside a run (a view, a script):
-
-- ``waiters``: ``aresult``, ``agather`` and ``awatch`` on an event loop;
-- ``hub``: the one thread per process that reads and wakes for every such waiter;
-- ``watching``: ``published()`` and ``watch()``, a run's published values.
-
-Replaying outside a worker:
-
-- ``check``: the replay check of unfinished runs against the code installed now;
-- ``fork``: ``everystep.fork``, a finished run re-run from a step;
-- ``bulk_fork``: fork every finished run a filter matches;
-- ``bulk_run``: ``everystep.bulk_action``, the built-in workflow that takes a UI bulk
-  action batch by batch.
-
-Django's task framework:
-
-- ``task_runs``: a ``@task`` run's name resolved to its Task, the task as the run's
-  body, and the run read back as a ``TaskResult``.
 """

@@ -1,5 +1,5 @@
-"""The awaitable operations of an ``async def`` body, and ``aresult`` / ``agather``
-outside one.
+"""The awaitable operations of an ``async def`` body (``aresult`` / ``agather`` outside
+one: ``everystep.waiting.waiters``).
 
 Every operation takes its step id when it is *called*, in the calling task, exactly as
 its sync twin does; only the work behind the id (the database, the step's body) waits
@@ -14,7 +14,7 @@ decisions and writes of an async run are the same functions as a sync run's.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -145,36 +145,15 @@ def astart(
     return issue(lambda: offload(children.started, op, name, stored, idempotency_key), op)
 
 
-def aresult(
-    run: Workflow | UUID | str, timeout: timedelta | float | None = None
+def result_in_body(
+    frame: Frame, ids: list[UUID], limit: timedelta | None, *, many: bool
 ) -> Coroutine[Any, Any, Any]:
-    """``run``'s result: durable in an async body, a shared wake-up elsewhere."""
-    ids = results.run_ids([run], "aresult()")
-    limit = None if timeout is None else waits.as_delay(timeout, "aresult() timeout")
-    frame = async_frame("aresult()", "result()")
-    if frame is None:
-        return _first(_outside(ids, limit, "aresult()"))
-    op = reach(frame, results.RESULT, waits=True)
-    return issue(lambda: _first(_in_body(frame, op, ids, limit, "aresult()")), op)
-
-
-def agather(
-    runs: Sequence[Workflow | UUID | str], timeout: timedelta | float | None = None
-) -> Coroutine[Any, Any, list[Any]]:
-    """The results of ``runs``, as ``aresult`` waits for one."""
-    ids = results.listed_ids(runs, "agather()", "aresult()")
-    limit = None if timeout is None else waits.as_delay(timeout, "agather() timeout")
-    frame = async_frame("agather()", "gather()")
-    if frame is None:
-        return _all(_outside(ids, limit, "agather()"))
-    op = reach(frame, results.GATHER, waits=True)
-    return issue(lambda: _all(_in_body(frame, op, ids, limit, "agather()")), op)
-
-
-async def _outside(ids: list[UUID], limit: timedelta | None, what: str) -> list[dict[str, Any]]:
-    from everystep.engine.waiters import wait_ended
-
-    return await wait_ended(ids, limit, what)
+    """The durable wait of ``aresult()`` (``agather()`` if ``many``) reached in the async
+    body of ``frame``; outside a body they are ``everystep.waiting.waiters``'."""
+    what = "agather()" if many else "aresult()"
+    op = reach(frame, results.GATHER if many else results.RESULT, waits=True)
+    ended = _all if many else _first
+    return issue(lambda: ended(_in_body(frame, op, ids, limit, what)), op)
 
 
 async def _in_body(

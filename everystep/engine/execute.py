@@ -13,7 +13,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from everystep import conf, registry, serde, signals, tracing
-from everystep.engine import task_runs
 from everystep.engine.crashes import simulated_crash
 from everystep.engine.offload import offload
 from everystep.engine.outcome import PassResult, abandon, end_pass, finish
@@ -103,18 +102,18 @@ def begin_pass(claim: Claim, should_drain: Callable[[], bool]) -> Begun | PassRe
         )
     name = claim.workflow
     assert name is not None
-    defn = task_runs.definition(name)
+    defn = registry.definition(name)
     refusal = _refusal(claim, name, defn)
     if refusal is not None:
         return finish(claim, name, time.monotonic(), Status.FAILED, exc=refusal)
     assert defn is not None
     state = _new_state(claim, name, should_drain, defn.is_async)
-    if defn.task is not None:
+    if defn.begin is not None:
         try:
-            state.task_result = task_runs.begin(claim)
-        except EverystepError as exc:  # a row a task's run cannot have (its arguments)
+            state.begun = defn.begin(claim)
+        except EverystepError as exc:  # a row its run cannot have (a task's arguments)
             return finish(claim, name, time.monotonic(), Status.FAILED, exc=exc)
-        if state.task_result is None:
+        if state.begun is None:
             return abandon(claim, name, "the claim no longer holds the run")
     signals.run_started.emit(
         sender=RunState,
@@ -143,8 +142,8 @@ def end_begun(begun: Begun, began: float, value: Any, outcome: BaseException | N
         # everystep.testing's "before_finish": died after the last record, before the outcome.
         outcome = simulated_crash("before_finish", "", state.workflow_name) or outcome
     ended = end_pass(state, began, value, outcome)
-    if begun.defn.task is not None and ended.status in FINAL_STATUSES:
-        task_runs.finished(state.claim, state.workflow_name)
+    if begun.defn.finished is not None and ended.status in FINAL_STATUSES:
+        begun.defn.finished(state.claim, state.workflow_name)
     return ended
 
 
@@ -162,18 +161,10 @@ def _refusal(claim: Claim, name: str, defn: registry.WorkflowDef | None) -> Ever
     if defn is None:
         return EverystepError(
             f"unknown workflow {name!r}: no @workflow is registered under that name in "
-            "this process (renamed or moved code, or a worker running the wrong project), "
-            f"and it is {_not_a_task(name)}"
+            "this process (renamed or moved code, or a worker running the wrong project)"
+            + "".join(f", and it is {why}" for why in registry.why_unknown(name))
         )
     return None
-
-
-def _not_a_task(name: str) -> str:
-    try:
-        task_runs.task_named(name)
-    except EverystepError as exc:
-        return str(exc)
-    return "a task"  # it resolved since: a definition the next pass finds
 
 
 def _new_state(

@@ -110,7 +110,7 @@ class RunState:
     records: dict[str, RecordedStep]
     should_drain: Callable[[], bool] = lambda: False
     threads_allowed: bool = True
-    # A replay check (``everystep.engine.check``): serve records, write nothing, stop with
+    # A replay check (``everystep.replays.check``): serve records, write nothing, stop with
     # ``ReachedNewWork`` where a record would be written (``recorded.writing``).
     checking: bool = False
     aborted: BaseException | None = None
@@ -130,9 +130,9 @@ class RunState:
     # Spans are made for this pass and its steps and forks (``tracing.enabled()``, asked
     # once per pass rather than once per step).
     traced: bool = False
-    # A Django ``@task``'s run: its ``TaskResult`` as this pass began, for the task's
-    # context (``everystep.engine.task_runs``).
-    task_result: Any = None
+    # What the definition's ``begin`` hook returned as this pass began (a Django
+    # ``@task``'s run: its ``TaskResult``, for the task's context); None without one.
+    begun: Any = None
     # An async body's pass (``everystep.engine.async_body``): what only it keeps; None
     # for a sync body's.
     aio: AsyncPass | None = None

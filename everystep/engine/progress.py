@@ -12,7 +12,7 @@ ORM, so its values go through the writer thread too, the loop waiting for the co
 From a body, ``publish`` is replay-safe: where the run has records beyond this point of
 the body the run has been here before, and the value was published then; a replay
 publishes nothing, so a replay after a durable sleep never sets a value back to an
-earlier one. A replay check (``engine/check``) writes nothing either.
+earlier one. A replay check (``replays/check``) writes nothing either.
 
 Cheap when a loop publishes often: a value equal to the one this pass last wrote under
 that key is not written again; and on PostgreSQL the NOTIFY that wakes watchers is not

@@ -1,5 +1,5 @@
 """Acting on every run a filter matches: bulk cancel and bulk requeue here, bulk fork in
-``everystep.engine.bulk_fork`` (over ``for_each_batch``).
+``everystep.replays.bulk_fork`` (over ``for_each_batch``).
 
 However many runs match, none of this is one transaction or one list in memory: the runs
 are walked in id order by keyset paging (the next batch starts after the last id of the

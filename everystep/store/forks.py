@@ -16,7 +16,7 @@ from everystep.store.wake import notify_due
 
 # Copied step rows per INSERT: well under every database's limit on parameters.
 COPY_BATCH = 500
-# The name of everystep's own background bulk action (``engine.bulk_run``).
+# The name of everystep's own background bulk action (``builtins.bulk_action``).
 BULK_ACTION = "everystep.bulk_action"
 # Every workflow everystep itself registers. Their runs are never forked: a fork replays
 # the original's arguments, and a bulk action's carry its action, filter and operator, so

@@ -23,9 +23,9 @@ from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_POST
 
 from everystep import conf, safe_text, serde
-from everystep.engine.fork import fork_run
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
+from everystep.replays.fork import fork_run
 from everystep.store.audit import Actor
 from everystep.store.events import send_event
 from everystep.store.forks import BUILTIN_WORKFLOWS

@@ -6,7 +6,7 @@
 - ``POST runs/bulk/do/?<the same>``: the action. Up to ``INLINE_LIMIT`` runs it is taken
   in the request, in batches (``store.bulk``), then back to the runs list with
   ``bulk=<action>&count=<n>``; more are handed to a background run of everystep itself
-  (``engine.bulk_run``), and the list says so with a link to that run
+  (``builtins.bulk_action``), and the list says so with a link to that run
   (``bulk=<action>&background=<run id>``). Either way the list's notice is made of a key,
   numbers and a run id, never of text a URL could forge.
 
@@ -35,7 +35,7 @@ from django.utils.html import format_html
 from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_POST
 
-from everystep.engine.bulk_run import NAME, hand_over
+from everystep.builtins.bulk_action import NAME, hand_over
 from everystep.errors import EverystepError
 from everystep.models import AuditEntry
 from everystep.safe_text import for_page
@@ -315,7 +315,7 @@ def _take(
     if action == "requeue":
         return bulk.bulk_requeue(run_filter, actor, entry=entry), 0, 0
     # Imported when used: the fork's replay machinery loads for a fork only.
-    from everystep.engine.bulk_fork import bulk_fork
+    from everystep.replays.bulk_fork import bulk_fork
 
     forked = bulk_fork(run_filter, actor, entry=entry, confirmation=confirmation)
     return forked.forked, forked.refused, forked.skipped

@@ -20,8 +20,7 @@ from typing import Any
 
 from django.core import signing
 
-from everystep import safe_text
-from everystep.engine import task_runs
+from everystep import registry, safe_text
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow
 from everystep.store.forks import BUILTIN_WORKFLOWS
@@ -138,7 +137,7 @@ def _resolve_refusal(run: Workflow, form: Any) -> str:
 def _fork_refusal(run: Workflow, form: Any) -> str:
     if run.name in BUILTIN_WORKFLOWS:
         return "builtin"
-    if task_runs.definition(run.name) is None:
+    if registry.definition(run.name) is None:
         return "not-registered"
     from_step = form.get("from_step", "").strip()
     if from_step and from_step not in {step.step_id for step in run_steps(run.id)}:

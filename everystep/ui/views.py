@@ -21,11 +21,11 @@ from django.urls import reverse
 from django.utils import timezone
 
 from everystep import conf, safe_text
-from everystep.engine.task_runs import split_call
 from everystep.models import Status, Workflow
 from everystep.store.reports import COUNT_CAP, ID_PREFIX_MIN, list_runs, run_wait, status_counts
 from everystep.store.runners import held_runs, list_runners
 from everystep.store.runs import get_run
+from everystep.task_runs import split_call
 from everystep.ui import actions, bulk, filters, progress, run_page
 from everystep.ui.access import ui_view
 from everystep.ui.family import family_context
@@ -243,7 +243,7 @@ def _task_context(found: Workflow) -> dict[str, Any]:
             attempts.append({"worker": worker, "at": at})
     context: dict[str, Any] = {"task": {"queue": found.queue, "attempts": attempts}}
     # Split as stored (serde's tagged form, as every other value on the page is shown),
-    # not decoded as engine.task_runs.stored_call does: decoding imports the class an enum tag
+    # not decoded as task_runs.stored_call does: decoding imports the class an enum tag
     # names, and a page view imports nothing a row names.
     split = split_call(found.args)
     if split is not None:

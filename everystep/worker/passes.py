@@ -11,7 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from everystep.engine import task_runs
+from everystep import registry
 from everystep.engine.execute import run_pass
 from everystep.engine.outcome import PassResult, fail
 from everystep.errors import StoreUnavailable
@@ -45,7 +45,7 @@ def _is_async(held: Claim) -> bool:
     if held.workflow is None:
         return False
     try:
-        defn = task_runs.definition(held.workflow)
+        defn = registry.definition(held.workflow)
     except BaseException:
         # The pass meets it again on its pool thread, whose future keeps what it raised
         # for ``reap`` to fail the run. Here, on the claim loop's thread, even a

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from everystep import asend, schedule, send, step
-from everystep.engine.check import check_replay
 from everystep.errors import EverystepError
 from everystep.models import Status, Step, Workflow
+from everystep.replays.check import check_replay
 from everystep.store.audit import Actor
 from everystep.store.runs import cancel_run
 from everystep.testing import crash_at, run_due

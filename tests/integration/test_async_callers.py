@@ -2,7 +2,7 @@
 ``agather`` from async code outside a run — Django's ``AsyncClient``, uvicorn, a bare
 event loop. Runs are completed by a real worker subprocess, or by ``run_due()`` on a
 thread once the waiters are registered with the process's hub
-(``everystep.engine.waiters``), so every ``aresult`` here really waits and is woken."""
+(``everystep.waiting.waiters``), so every ``aresult`` here really waits and is woken."""
 
 from __future__ import annotations
 
@@ -28,12 +28,12 @@ from django.db import connection, transaction
 from django.test import AsyncClient
 
 from everystep import agather, aresult, aschedule, asend, schedule
-from everystep.engine.waiters import current_hub
 from everystep.errors import EverystepError, RunCancelled, RunStopped, WaitTimeout
 from everystep.models import Event, Workflow
 from everystep.store.audit import Actor
 from everystep.store.runs import cancel_run
 from everystep.testing import run_due
+from everystep.waiting.waiters import current_hub
 from tests import pgadmin
 from tests.testapp import composition as cw
 from tests.workers import ROOT, worker_command, worker_env

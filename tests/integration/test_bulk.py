@@ -292,7 +292,7 @@ def test_bulk_fork_forks_the_finished_runs_and_counts_the_refused():
     """Bulk fork forks each finished run that matches (default from-step: the failed
     one), leaves unfinished runs alone, counts a run fork_run refuses, and writes one
     bulk_fork entry."""
-    from everystep.engine.bulk_fork import bulk_fork
+    from everystep.replays.bulk_fork import bulk_fork
 
     rwf.BROKEN.add("charge")
     failed = [schedule(rwf.checkout, order, 100) for order in (1, 2)]

@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from everystep import schedule, signals
-from everystep.engine import bulk_run
+from everystep.builtins import bulk_action
 from everystep.models import AuditEntry, Status, Workflow, uuid7
 from everystep.store import bulk
 from everystep.store.audit import Actor
@@ -70,7 +70,7 @@ def confirm_page(client: Client, action: str, **filters: str) -> tuple[str, str,
 
 
 def background_runs() -> list[Workflow]:
-    return list(Workflow.objects.filter(name=bulk_run.NAME).order_by("id"))
+    return list(Workflow.objects.filter(name=bulk_action.NAME).order_by("id"))
 
 
 def bulk_entries(action: str) -> list[AuditEntry]:
@@ -106,7 +106,7 @@ def test_a_bulk_cancel_of_100000_runs_returns_at_once_and_runs_in_the_background
     assert entry.filter == {"workflow": NAME} and entry.detail["run"] == str(run_id)
     notice = client.get(response["Location"]).content.decode()
     assert f'href="{reverse("everystep:run", args=[run_id])}"' in notice
-    listed = client.get(f"{reverse('everystep:runs')}?workflow={bulk_run.NAME}")
+    listed = client.get(f"{reverse('everystep:runs')}?workflow={bulk_action.NAME}")
     assert str(run_id) in listed.content.decode()
     make_runs(1)  # created after the POST: not the action's
 
@@ -134,7 +134,7 @@ def test_cancelling_the_background_run_stops_it_at_the_next_batch(client, small_
     they were, and the run ends cancelled."""
     make_runs(50)
     operator(client, "cancel_workflow")
-    run = bulk_run.hand_over(
+    run = bulk_action.hand_over(
         "cancel", bulk.RunFilter(workflow=NAME), Actor("operator", "ui"), batch_size=10
     )
 
@@ -162,7 +162,7 @@ def test_a_crash_inside_a_batch_resumes_with_that_batch_and_counts_each_run_once
     transaction rolls back, the next pass does it again, and every run is cancelled and
     counted once."""
     make_runs(25)
-    run = bulk_run.hand_over(
+    run = bulk_action.hand_over(
         "cancel", bulk.RunFilter(workflow=NAME), Actor("operator", "ui"), batch_size=10
     )
     with crash_at("after_body", "2") as crash:
@@ -255,8 +255,8 @@ def test_a_fork_batch_done_again_forks_nothing_more():
     run_filter = bulk.RunFilter(status=Status.FAILED)
     entry = bulk.open_entry("fork", Actor("operator", "ui"), run_filter)
     arguments = (run_filter.as_json(), str(uuid7()), None, 10, entry.id, "base")
-    assert bulk_run.fork_runs(*arguments)["count"] == 2
-    assert bulk_run.fork_runs(*arguments)["count"] == 2
+    assert bulk_action.fork_runs(*arguments)["count"] == 2
+    assert bulk_action.fork_runs(*arguments)["count"] == 2
     assert Workflow.objects.filter(forked_from__in=[r.id for r in originals]).count() == 2
     entry.refresh_from_db()
     assert entry.count == 2
@@ -268,8 +268,8 @@ def test_two_hand_overs_of_one_confirmation_make_one_run_and_one_entry():
     rolled back with its insert."""
     make_runs(3)
     actor, run_filter = Actor("operator", "ui"), bulk.RunFilter(workflow=NAME)
-    first = bulk_run.hand_over("cancel", run_filter, actor, confirmation="everystep.test:1")
-    second = bulk_run.hand_over("cancel", run_filter, actor, confirmation="everystep.test:1")
+    first = bulk_action.hand_over("cancel", run_filter, actor, confirmation="everystep.test:1")
+    second = bulk_action.hand_over("cancel", run_filter, actor, confirmation="everystep.test:1")
     assert first.id == second.id and len(background_runs()) == 1
     (entry,) = bulk_entries("cancel")
     assert entry.detail == {"confirmation": "everystep.test:1", "run": str(first.id)}

@@ -382,6 +382,6 @@ def test_the_same_fork_confirmation_sent_twice_forks_once(client):
 
 
 def _fork(original: Workflow, key: str) -> Workflow:
-    from everystep.engine.fork import fork_run
+    from everystep.replays.fork import fork_run
 
     return fork_run(original, idempotency_key=key)

@@ -19,10 +19,10 @@ from django.utils import timezone
 
 import everystep
 from everystep import schedule
-from everystep.engine import bulk_run
-from everystep.engine.bulk_fork import bulk_fork
+from everystep.builtins import bulk_action
 from everystep.errors import EverystepError
 from everystep.models import AuditEntry, Status, Workflow, uuid7
+from everystep.replays.bulk_fork import bulk_fork
 from everystep.store import bulk
 from everystep.store.audit import Actor
 from everystep.store.runs import cancel_run
@@ -48,7 +48,7 @@ def victims(count: int = 3) -> list[Workflow]:
 def stopped_bulk_cancel() -> Workflow:
     """A background bulk cancel the canceller confirmed, then cancelled before it ran:
     finished, so a fork would be offered if nothing refused it."""
-    run = bulk_run.hand_over("cancel", bulk.RunFilter(workflow=VICTIM), CANCELLER)
+    run = bulk_action.hand_over("cancel", bulk.RunFilter(workflow=VICTIM), CANCELLER)
     assert run is not None
     return cancel_run(str(run.id), actor=CANCELLER)
 
@@ -160,11 +160,11 @@ def test_a_bulk_requeue_resumes_the_same_bulk_action_under_its_one_entry():
     operator: a worker resumes that action (the canceller's, as confirmed), counted in
     its one bulk_cancel entry; the requeue has an entry of its own and starts nothing new."""
     targets = victims()
-    run = bulk_run.hand_over("cancel", bulk.RunFilter(workflow=VICTIM), CANCELLER)
+    run = bulk_action.hand_over("cancel", bulk.RunFilter(workflow=VICTIM), CANCELLER)
     assert run is not None
     Workflow.objects.filter(id=run.id).update(status=Status.RUNNING, claimed_by="dead-runner")
     requeuer = Actor("requeuer", "ui")
-    assert bulk.bulk_requeue(bulk.RunFilter(workflow=bulk_run.NAME), requeuer) == 1
+    assert bulk.bulk_requeue(bulk.RunFilter(workflow=bulk_action.NAME), requeuer) == 1
     run_due()
     run.refresh_from_db()
     assert run.status == Status.COMPLETED
@@ -173,4 +173,4 @@ def test_a_bulk_requeue_resumes_the_same_bulk_action_under_its_one_entry():
     assert (entry.actor, entry.count) == ("canceller", len(targets))
     (requeue,) = AuditEntry.objects.filter(action="bulk_requeue")
     assert (requeue.actor, requeue.count) == ("requeuer", 1)
-    assert Workflow.objects.filter(name=bulk_run.NAME).count() == 1
+    assert Workflow.objects.filter(name=bulk_action.NAME).count() == 1

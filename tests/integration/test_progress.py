@@ -24,10 +24,10 @@ from django.utils import timezone
 import everystep
 from everystep import awatch, publish, published, result, schedule, watch
 from everystep.engine.progress import MAX_KEYS, MAX_VALUE_BYTES
-from everystep.engine.waiters import current_hub
 from everystep.errors import EverystepError, WaitTimeout
 from everystep.models import FINAL_STATUSES, Published, Status, Workflow
 from everystep.testing import run_due
+from everystep.waiting.waiters import current_hub
 from tests.testapp import progress_workflows as pw
 from tests.workers import worker_process
 

@@ -12,8 +12,8 @@ import pytest
 from django.db import connection
 
 from everystep import publish, published, schedule, sleep, step, workflow
-from everystep.engine.check import check_replay
 from everystep.models import Published, Status, Workflow
+from everystep.replays.check import check_replay
 from everystep.testing import run_due
 
 pytestmark = pytest.mark.django_db(transaction=True)

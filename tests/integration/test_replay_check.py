@@ -21,9 +21,9 @@ from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from everystep import schedule
-from everystep.engine.check import check_replay
 from everystep.errors import EverystepError
 from everystep.models import Event, Step, Workflow
+from everystep.replays.check import check_replay
 from everystep.store import database
 from everystep.testing import crash_at, deployed, run_due
 from tests.testapp import versioned as v
@@ -262,7 +262,7 @@ def test_filters_and_limit():
 
 
 def test_batches_cover_every_run(monkeypatch):
-    monkeypatch.setattr("everystep.engine.check.BATCH", 2)
+    monkeypatch.setattr("everystep.replays.check.BATCH", 2)
     runs = [schedule(v.order, n) for n in range(5)]
     run_due()
     with deployed(v.order, v.order_taxed):

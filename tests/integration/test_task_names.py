@@ -11,8 +11,7 @@ import sys
 import pytest
 from django.test import override_settings
 
-from everystep import registry
-from everystep.engine import task_runs
+from everystep import registry, task_runs
 from everystep.errors import EverystepError
 from everystep.models import Status, Workflow
 from everystep.store.runs import create_run

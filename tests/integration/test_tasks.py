@@ -15,12 +15,11 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from everystep import conf, fork, send
+from everystep import conf, fork, send, task_runs
 from everystep.checks import check_settings
-from everystep.engine import task_runs
-from everystep.engine.check import check_replay
 from everystep.errors import EverystepError
 from everystep.models import Status, Step, Workflow
+from everystep.replays.check import check_replay
 from everystep.store.audit import Actor
 from everystep.store.runs import cancel_run, create_run
 from everystep.tasks import EverystepBackend

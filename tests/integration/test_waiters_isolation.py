@@ -1,4 +1,4 @@
-"""The hub of async waiters (``everystep.engine.hub``) isolates its waiters from each
+"""The hub of async waiters (``everystep.waiting.hub``) isolates its waiters from each
 other (security issue 50, item 3): a run's value that cannot be rebuilt fails that run's
 watchers alone, a ``SystemExit`` raised while rebuilding one does not end the hub's
 thread, and a hub whose thread is gone is replaced by the next registration, which takes
@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from everystep import aresult, awatch, schedule, serde
-from everystep.engine import hub as hub_module
 from everystep.errors import EverystepError
 from everystep.models import Workflow
 from everystep.store import published
 from everystep.testing import run_due
+from everystep.waiting import hub as hub_module
 from tests.testapp import composition as cw
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -53,6 +53,15 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("worker", ("everystep.worker",)),
     (
+        "above the engine, beside the worker",
+        (
+            "everystep.waiting",
+            "everystep.replays",
+            "everystep.builtins",
+            "everystep.task_runs",
+        ),
+    ),
+    (
         "edges",
         (
             "everystep.api",

@@ -13,9 +13,9 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from everystep.engine.check import Failure, Report, WorkflowReport, check_replay
 from everystep.management.arguments import checked_count, checked_text
 from everystep.management.commands._base import EverystepCommand
+from everystep.replays.check import Failure, Report, WorkflowReport, check_replay
 from everystep.store.guard import UNREACHABLE
 from everystep.store.replay_check import CHECKED_STATUSES
 from everystep.store.runs import missing_tables

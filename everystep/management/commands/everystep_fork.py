@@ -8,8 +8,6 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from everystep.engine.bulk_fork import bulk_fork
-from everystep.engine.fork import fork_run
 from everystep.errors import EverystepError
 from everystep.management.arguments import (
     RUN_ID_HELP,
@@ -22,6 +20,8 @@ from everystep.management.arguments import (
     runs_text,
 )
 from everystep.management.commands._base import EverystepCommand
+from everystep.replays.bulk_fork import bulk_fork
+from everystep.replays.fork import fork_run
 from everystep.store import bulk
 from everystep.store.audit import Actor
 from everystep.store.forks import BUILTIN_WORKFLOWS

@@ -10,7 +10,6 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from everystep import safe_text
-from everystep.engine.task_runs import split_call
 from everystep.failure_detail import stopped_at
 from everystep.management.arguments import RUN_ID_HELP, checked_run_id, wait_json, wait_text
 from everystep.management.commands._base import EverystepCommand
@@ -19,6 +18,7 @@ from everystep.store import published
 from everystep.store.lineage import Lineage, run_lineage
 from everystep.store.reports import Family, run_family, run_steps, run_wait
 from everystep.store.runs import get_run
+from everystep.task_runs import split_call
 
 # Step results and errors are summarised to one line of about this many characters; the
 # full values are in --json.

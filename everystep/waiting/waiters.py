@@ -1,6 +1,7 @@
-"""``aresult`` / ``agather`` outside a run: waiting on an event loop for runs to end;
+"""``aresult`` / ``agather`` outside a run (inside one they are the engine's:
+``everystep.engine.async_ops``): waiting on an event loop for runs to end;
 ``awatch``: following a run's published values there. Every waiter and watcher of a
-process registers with its one hub (``everystep.engine.hub``), a thread that reads for
+process registers with its one hub (``everystep.waiting.hub``), a thread that reads for
 them all and settles each on its own loop: no loop ever blocks, and no waiter holds a
 thread or a connection of its own.
 
@@ -18,19 +19,55 @@ unknown id is an ``EverystepError``. A waiter whose loop sync code started
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
 from asgiref.sync import AsyncToSync
 
-from everystep.engine import results
-from everystep.engine.hub import Hub, NotSeen, Outcomes, Waiter, Watcher, current_hub
+from everystep.engine import async_ops, results
 from everystep.engine.offload import close_idle, offload, release
+from everystep.engine.waits import as_delay
 from everystep.errors import WaitTimeout
+from everystep.models import Workflow
+from everystep.waiting.blocking import look_outside
+from everystep.waiting.hub import Hub, NotSeen, Outcomes, Waiter, Watcher, current_hub
 
-__all__ = ["Hub", "current_hub", "wait_ended", "watch_values"]
+__all__ = ["Hub", "agather", "aresult", "current_hub", "wait_ended", "watch_values"]
+
+
+def aresult(
+    run: Workflow | UUID | str, timeout: timedelta | float | None = None
+) -> Coroutine[Any, Any, Any]:
+    """``run``'s result: durable in an async body, a shared wake-up elsewhere."""
+    ids = results.run_ids([run], "aresult()")
+    limit = None if timeout is None else as_delay(timeout, "aresult() timeout")
+    frame = async_ops.async_frame("aresult()", "result()")
+    if frame is None:
+        return _first(wait_ended(ids, limit, "aresult()"))
+    return async_ops.result_in_body(frame, ids, limit, many=False)
+
+
+def agather(
+    runs: Sequence[Workflow | UUID | str], timeout: timedelta | float | None = None
+) -> Coroutine[Any, Any, list[Any]]:
+    """The results of ``runs``, as ``aresult`` waits for one."""
+    ids = results.listed_ids(runs, "agather()", "aresult()")
+    limit = None if timeout is None else as_delay(timeout, "agather() timeout")
+    frame = async_ops.async_frame("agather()", "gather()")
+    if frame is None:
+        return _all(wait_ended(ids, limit, "agather()"))
+    return async_ops.result_in_body(frame, ids, limit, many=True)
+
+
+async def _first(outcomes: Awaitable[Outcomes]) -> Any:
+    (outcome,) = await outcomes
+    return results.value(outcome)
+
+
+async def _all(outcomes: Awaitable[Outcomes]) -> list[Any]:
+    return results.values(await outcomes)
 
 
 async def wait_ended(ids: list[UUID], limit: timedelta | None, what: str) -> Outcomes:
@@ -41,7 +78,7 @@ async def wait_ended(ids: list[UUID], limit: timedelta | None, what: str) -> Out
     try:
         async with asyncio.timeout_at(deadline):
             if _sync_caller(loop):
-                ended = await offload(results.look_outside, ids, what)
+                ended = await offload(look_outside, ids, what)
                 return ended if ended is not None else await _from_hub(ids, what, loop)
             await release()
             try:
@@ -102,9 +139,9 @@ async def _from_hub(ids: list[UUID], what: str, loop: asyncio.AbstractEventLoop)
 
 
 def _look_and_release(ids: list[UUID], what: str) -> Outcomes | None:
-    """``results.look_outside`` on the caller's thread, whose connection is then closed
+    """``blocking.look_outside`` on the caller's thread, whose connection is then closed
     again: the wait that may follow holds none."""
     try:
-        return results.look_outside(ids, what)
+        return look_outside(ids, what)
     finally:
         close_idle()

@@ -1,6 +1,6 @@
 """Reading what a run published: ``published(run)`` at once, ``watch(run)`` as it
 changes, on the caller's thread (``awatch``, its async twin, shares the process's
-wake-up: ``everystep.engine.waiters``).
+wake-up: ``everystep.waiting.waiters``).
 
 A watch compares one small state per run — its status and ``(keys, writes)`` of its
 values (``store.published.states``) — and reads the values only when that changed.
@@ -19,13 +19,14 @@ from typing import Any
 from uuid import UUID
 
 from everystep import serde
-from everystep.engine.results import in_transaction, run_ids
+from everystep.engine.results import run_ids
 from everystep.engine.waits import as_delay
 from everystep.errors import EverystepError, StoreUnavailable, WaitTimeout
 from everystep.models import FINAL_STATUSES, Workflow
 from everystep.store import published as store
 from everystep.store import run_waits
 from everystep.store.wake import PUBLISHED_CHANNEL, EndedListener
+from everystep.waiting.blocking import in_transaction
 
 _POLL_FIRST, _POLL_MOST = 0.05, 1.0
 

@@ -11,7 +11,7 @@ counted apart (``skipped``) so that the command and the page say so. One
 each one.
 
 A bulk fork of more runs than a request should take runs in the background, batch by
-batch (``everystep.engine.bulk_run``, over ``fork_batch``).
+batch (``everystep.builtins.bulk_action``, over ``fork_batch``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ REASONS_KEPT = 5
 class BulkForked:
     """What a bulk fork did: runs forked, runs refused, the first refusals' reasons
     (``run <id>: why``), and the matching runs of everystep's own workflows it left out
-    (never forked: ``engine.fork.builtin_refusal``)."""
+    (never forked: ``replays.fork.builtin_refusal``)."""
 
     forked: int = 0
     refused: int = 0
@@ -115,7 +115,7 @@ def fork_batch(
 def _fork(run_id: UUID, from_step: str | None, key: str | None, done: BulkForked) -> bool:
     # Imported when used: the fork's replay check loads for a fork only, not for the
     # pages and commands that import this module to offer one.
-    from everystep.engine.fork import fork_run
+    from everystep.replays.fork import fork_run
 
     try:
         # No actor: the bulk entry stands for every fork, not one entry per run.

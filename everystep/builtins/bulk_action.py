@@ -1,8 +1,8 @@
 """Bulk actions too large for one request, taken by a run of everystep itself: the
 built-in workflow ``everystep.bulk_action`` (registered when the app loads, so every
-worker runs it with no project code). Registered through the registry, as the engine
-registers a Django task's runs, not through the edges' decorators; its step names are
-fixed here, so moving this code cannot break the replay of a run in flight.
+worker runs it with no project code). Registered through the registry, not through the
+edges' decorators; its step names are fixed here, so moving this code cannot break the
+replay of a run in flight.
 
 - **Batched**: each batch is one recorded step, given the last run id the batch before
   it reached (keyset paging, as ``store.bulk`` walks runs), so a crash resumes after
@@ -20,7 +20,7 @@ fixed here, so moving this code cannot break the replay of a run in flight.
 - **Once per confirmation**: the UI form's confirmation is the run's idempotency key,
   and its audit entry's unique ``confirmation``: two requests of one confirmation at
   once schedule one run and make one entry.
-- **Never forked** (``engine.fork.builtin_refusal``): its arguments carry the action,
+- **Never forked** (``replays.fork.builtin_refusal``): its arguments carry the action,
   the filter and the operator, so a fork would take that operator's action again for
   whoever may fork. A requeue (its runner died) resumes the same action, with the same
   entry: the action the operator confirmed, carried on, not a new one.
@@ -36,10 +36,10 @@ from uuid import UUID
 
 from everystep import serde
 from everystep.context import current
-from everystep.engine.bulk_fork import BulkForked, fork_batch
 from everystep.engine.steps import call_step
 from everystep.models import AuditEntry, Workflow, uuid7
 from everystep.registry import StepDef, WorkflowDef, register
+from everystep.replays.bulk_fork import BulkForked, fork_batch
 from everystep.store import database
 from everystep.store.audit import Actor
 from everystep.store.bulk import (
@@ -182,7 +182,7 @@ def _fork_runs(
     entry_id: int,
     key_base: str | None,
 ) -> dict[str, Any]:
-    """One batch of a bulk fork (``engine.bulk_fork.fork_batch``)."""
+    """One batch of a bulk fork (``replays.bulk_fork.fork_batch``)."""
     run_filter = RunFilter.from_json(filter_json)
     ids = next_batch(run_filter, "fork", after=_id(after), size=size, bound=UUID(bound))
     done = BulkForked()

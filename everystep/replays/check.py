@@ -27,7 +27,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from everystep import registry
-from everystep.engine import task_runs
 from everystep.engine.execute import replay_here
 from everystep.engine.pass_state import AsyncPass, RunState
 from everystep.errors import (
@@ -126,7 +125,7 @@ def _runs(
 def check_run(run: RunToCheck) -> tuple[Failure | None, dict[str, bool]]:
     """Replay one run without writing: how it would fail (None: it replays), and the
     patch decisions it takes (change id → new branch)."""
-    defn = task_runs.definition(run.workflow)
+    defn = registry.definition(run.workflow)
     if defn is None:
         reason = f"no @workflow is registered under {run.workflow!r} in the installed code"
         return Failure(run.run_id, run.status, reason, recorded=run.workflow), {}

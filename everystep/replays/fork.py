@@ -38,11 +38,10 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from everystep import serde
-from everystep.engine import task_runs
-from everystep.engine.check import check_pass, failure_of
+from everystep import registry, serde
 from everystep.errors import EverystepError, ReachedNewWork, RunInterrupted, Terminal
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow, uuid7
+from everystep.replays.check import check_pass, failure_of
 from everystep.store import audit
 from everystep.store.forks import BUILTIN_WORKFLOWS, create_fork, existing_fork
 from everystep.store.replay_check import RunToCheck
@@ -84,7 +83,7 @@ def fork_run(
     made = existing_fork(original, idempotency_key)
     if made is not None:
         return made
-    defn = task_runs.definition(original.name)
+    defn = registry.definition(original.name)
     if defn is None:
         raise EverystepError(
             f"cannot fork run {original.id}: no @workflow is registered under "
@@ -214,7 +213,7 @@ def _replay(
 ) -> tuple[set[str], str | None]:
     """Replay the fork-to-be over ``records``: the ids it reached, and the step where its
     new work begins (None: it reached the end). A replay that fails is a refusal."""
-    defn = task_runs.definition(original.name)
+    defn = registry.definition(original.name)
     assert defn is not None
     # The fork's own id: a wait with no record looks for events sent to the fork.
     run = RunToCheck(new_id, original.name, original.status, args, records)

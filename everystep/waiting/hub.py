@@ -1,7 +1,7 @@
 """The hub: one thread per process that serves every ``aresult``/``agather`` waiter and
-every ``awatch`` watcher outside a run (their entry points: ``everystep.engine.waiters``).
+every ``awatch`` watcher outside a run (their entry points: ``everystep.waiting.waiters``).
 
-The async twin of ``everystep.engine.results._block``. A sync ``result()`` holds its thread
+The async twin of ``everystep.waiting.blocking._block``. A sync ``result()`` holds its thread
 (and on PostgreSQL a LISTEN connection) for its whole wait; an ASGI process may hold a
 thousand waiters at once, so here they share one wake-up per process: the hub, one daemon
 thread started on first use. It keeps the awaited run ids with their waiters (a future on
@@ -49,11 +49,11 @@ from uuid import UUID
 from django.db import connections
 
 from everystep.engine import results
-from everystep.engine.watching import decoded
 from everystep.errors import EverystepError, StoreUnavailable
 from everystep.models import FINAL_STATUSES
 from everystep.store import published, run_waits
 from everystep.store.wake import PUBLISHED_CHANNEL, EndedListener
+from everystep.waiting.watching import decoded
 
 Outcomes = list[dict[str, Any]]
 _POLL_FIRST, _POLL_MOST = 0.05, 1.0

@@ -120,31 +120,41 @@ def _definition_of(name: str, task: Any) -> WorkflowDef:
         return task.func(*args, **kwargs)
 
     if not inspect.iscoroutinefunction(task.func):
-        return WorkflowDef(name, call, task=task)
+        return WorkflowDef(name, call, begin=begin, finished=finished)
 
     async def body(args: list[Any], kwargs: dict[str, Any]) -> Any:
         return await call(args, kwargs)
 
-    return WorkflowDef(name, body, task=task, is_async=True)
+    return WorkflowDef(name, body, begin=begin, finished=finished, is_async=True)
 
 
-def definition(name: str) -> WorkflowDef | None:
-    """The workflow definition of runs named ``name`` in this process: a ``@workflow``,
-    or a task run's; None if it is neither (the reason: ``task_named(name)``)."""
-    found = registry.lookup(name)
-    if found is not None:
-        return found
+def _resolve(name: str) -> WorkflowDef | None:
     try:
         return task_definition(name)
     except EverystepError:
         return None
 
 
+def _why_unknown(name: str) -> str:
+    try:
+        task_named(name)
+    except EverystepError as exc:
+        return str(exc)
+    return "a task"  # it resolved since: a definition the next pass finds
+
+
+# Task runs' names are found through the registry (``registry.definition``): the engine
+# and the worker never name this module. Added as this module is first imported, by
+# everystep's app as it loads or by ``everystep.tasks``.
+RESOLVER = registry.Resolver(resolve=_resolve, why_unknown=_why_unknown)
+registry.add_resolver(RESOLVER)
+
+
 def _current_result(task: Any) -> Any:
     """The ``TaskResult`` of the run whose pass is executing (a checking pass has none
     from a claim: read it)."""
     frame = current_frame.get()
-    held = frame.run.task_result if frame is not None else None
+    held = frame.run.begun if frame is not None else None
     if held is not None:
         return held
     run_id = frame.run.run_id if frame is not None else None
@@ -155,9 +165,9 @@ def _current_result(task: Any) -> Any:
 
 
 def begin(claim: Claim) -> Any:
-    """Start a task run's pass: its attempt recorded if this claim begins one (and Django's
-    ``task_started`` sent then); the ``TaskResult`` its context reads. None: the claim
-    no longer holds the run."""
+    """A task run's ``WorkflowDef.begin``, as its pass starts: its attempt recorded if
+    this claim begins one (and Django's ``task_started`` sent then); the ``TaskResult``
+    its context reads. None: the claim no longer holds the run."""
     begun = begin_attempt(claim)
     if begun is None:
         return None
@@ -170,7 +180,8 @@ def begin(claim: Claim) -> Any:
 
 
 def finished(claim: Claim, name: str) -> None:
-    """Send Django's ``task_finished`` for a task run that reached a final status."""
+    """A task run's ``WorkflowDef.finished``: send Django's ``task_finished`` for a task
+    run that reached a final status."""
     run = get_run(claim.run_id)
     if run is None:
         return
