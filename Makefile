@@ -37,8 +37,12 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(BIN)/pip install --quiet -e . -e ./image
 
-install-dev: $(BIN)/python
+# Installed once per change of the package metadata (a stamp in the venv): `make test`
+# runs each tier as a make of its own, and a no-op pip install costs ~10 s each time.
+install-dev: $(VENV)/.installed-dev
+$(VENV)/.installed-dev: $(BIN)/python pyproject.toml image/pyproject.toml
 	$(BIN)/pip install --quiet -e '.[postgres,mysql,metrics,sentry,otel,dev,docs]' -e ./image
+	touch $@
 
 demo: install
 	$(BIN)/everystep-runner --ui-bind 127.0.0.1:$(PORT) demo
@@ -201,9 +205,19 @@ manifest-check: install-tools
 	$(VENV_TOOLS)/bin/checkov --quiet --compact --skip-download --framework dockerfile \
 		-f Dockerfile
 
-test: lint docs manifest-check unit bench-smoke quickstart integration pgbouncer several-databases modes \
-	netfaults browser compat \
-	compose-check image-test
+# Every tier, in this order, each timed: the times go to build/tiers.txt and are printed
+# at the end (and at a failure), so a slow tier shows itself in CI's output.
+TIERS := lint docs manifest-check unit bench-smoke quickstart integration pgbouncer \
+	several-databases modes netfaults browser compat compose-check image-test
+test: install-dev
+	@mkdir -p build && : > build/tiers.txt
+	@for tier in $(TIERS); do \
+		start=$$(date +%s); \
+		$(MAKE) --no-print-directory $$tier; status=$$?; \
+		echo "$$tier $$(( $$(date +%s) - start )) s$$([ $$status = 0 ] || echo ' FAILED')" >> build/tiers.txt; \
+		if [ $$status != 0 ]; then echo "== tiers (seconds):"; cat build/tiers.txt; exit $$status; fi; \
+	done
+	@echo "== tiers (seconds):"; cat build/tiers.txt
 
 clean:
 	rm -rf $(VENV) $(VENV_NEXT) $(VENV_TOOLS) .pytest_cache .mypy_cache .ruff_cache *.egg-info
