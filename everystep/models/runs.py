@@ -176,6 +176,8 @@ class Workflow(EverystepModel):
             models.Index(fields=["name", "status", "id"], name="everystep_wf_name_status_id"),
             # UI search by idempotency key alone (the unique constraint leads with name).
             models.Index(fields=["idempotency_key"], name="everystep_wf_key"),
+            # Pruning walks finished runs by completion time (store/prune.py).
+            models.Index(fields=["completed_at", "id"], name="everystep_wf_completed"),
         ]
         # The UI's write actions; the admin stays read-only whatever the user's rights.
         permissions = [

@@ -1,12 +1,11 @@
 """Pruning: deleting finished runs older than a cutoff, with everything that belongs to
 them, in short batches (``manage.py everystep_prune``).
 
-A batch reads only run ids, deletes each dependent row once, and walks the runs table in
-id order from where the previous batch stopped (``after``), so a run the prune keeps (a
-status not asked for, completed since the cutoff) is read once per prune, not once per
-batch. Still to do: the walk ends at the table's end, because no index serves
-``completed_at``, so the call that finds nothing left reads the runs newer than the last
-one deleted once.
+A batch walks the finished runs by completion time (the index ``everystep_wf_completed``:
+``completed_at, id``) from where the previous batch stopped (``after``), reads only their
+ids, and deletes each dependent row once. So a batch reads the runs it deletes and those
+of the statuses not asked for, each once per prune, and the call that finds nothing left
+reads no run completed after the cutoff.
 
 ``cutoff`` arguments are aware datetimes.
 """
@@ -22,13 +21,16 @@ from django.db import models
 from everystep.models import FINAL_STATUSES, AuditEntry, Workflow
 from everystep.store import audit, database
 
+# Where a walk stopped: the last run's completion time and id.
+Place = tuple[datetime, UUID]
+
 
 class Pruned(NamedTuple):
     """What one batch deleted; ``last`` is where the next batch starts (None: nothing)."""
 
     runs: int
     steps: int
-    last: UUID | None
+    last: Place | None
 
 
 def _prunable(cutoff: datetime, statuses: list[str]) -> dict[str, Any]:
@@ -45,8 +47,8 @@ def prunable_counts(cutoff: datetime, statuses: list[str]) -> dict[str, int]:
 
 
 def prunable_sample(cutoff: datetime, statuses: list[str], limit: int = 20) -> list[Workflow]:
-    """The first ``limit`` runs (oldest ids first) ``prune_batch`` would delete."""
-    due = Workflow.objects.filter(**_prunable(cutoff, statuses)).order_by("id")
+    """The first ``limit`` runs (completed first, first) ``prune_batch`` would delete."""
+    due = Workflow.objects.filter(**_prunable(cutoff, statuses)).order_by("completed_at", "id")
     return list(due.only("id", "name", "status", "completed_at")[:limit])
 
 
@@ -55,16 +57,19 @@ def prune_batch(
     statuses: list[str],
     batch_size: int,
     *,
-    after: UUID | None = None,
+    after: Place | None = None,
     entry: AuditEntry | None = None,
 ) -> Pruned:
-    """Delete up to ``batch_size`` final runs completed before ``cutoff`` (oldest ids
-    first, past ``after``) and everything that belongs to them, in one short transaction.
+    """Delete up to ``batch_size`` final runs completed before ``cutoff`` (completed first,
+    first; past ``after``) and everything that belongs to them, in one short transaction.
     ``Pruned(0, 0, None)`` once nothing is left. The runs' own audit entries go with
     them; ``entry``, the prune's own, counts up in the same transaction."""
-    due = Workflow.objects.filter(**_prunable(cutoff, statuses)).order_by("id")
+    due = Workflow.objects.filter(**_prunable(cutoff, statuses)).order_by("completed_at", "id")
     if after is not None:
-        due = due.filter(id__gt=after)
+        done_at, run_id = after
+        due = due.filter(
+            models.Q(completed_at__gt=done_at) | models.Q(completed_at=done_at, id__gt=run_id)
+        )
     with database.atomic():
         if database.connection().vendor == "sqlite":
             # Write first: the UPDATE takes SQLite's write lock before anything is read,
@@ -73,17 +78,18 @@ def prune_batch(
             Workflow.objects.filter(id__in=due.values("id")[:batch_size]).update(
                 awaited=models.F("awaited")
             )
-            ids = list(due.values_list("id", flat=True)[:batch_size])
+            batch = list(due.values_list("completed_at", "id")[:batch_size])
         else:
             # MariaDB cannot LIMIT inside IN (…), so lock the batch's ids and delete by list.
-            ids = list(due.select_for_update().values_list("id", flat=True)[:batch_size])
-        if not ids:
+            batch = list(due.select_for_update().values_list("completed_at", "id")[:batch_size])
+        if not batch:
             return Pruned(0, 0, None)
+        ids = [run_id for _, run_id in batch]
         steps = _delete_dependents(ids)
         runs = Workflow.objects.filter(id__in=ids)._raw_delete(database.connection().alias)
         if entry is not None:
             audit.add_count(entry, runs)
-    return Pruned(runs, steps, ids[-1])
+    return Pruned(runs, steps, batch[-1])
 
 
 def _delete_dependents(ids: list[UUID]) -> int:

@@ -62,6 +62,7 @@ BUILT = {
     "everystep_wf_name_status_id",
     "everystep_wf_claimed_name",
     "everystep_wf_status_holder",
+    "everystep_wf_completed",
     "everystep_workflow_parent_id_009dc798",
     "everystep_workflow_forked_from_id_a6d5cf2f",
 }

@@ -85,12 +85,12 @@ def test_prune_works_in_several_batches():
 
 
 def test_prune_batch_takes_oldest_ids_first_and_is_bounded():
-    """prune_batch deletes at most batch_size runs, lowest ids first, then reports (0, 0)."""
+    """prune_batch deletes at most batch_size runs, completed first first, then (0, 0)."""
     runs = [make_run("completed", days_ago=5, steps=2) for _ in range(5)]
     cutoff = timezone.now() - timedelta(days=2)
-    assert prune_batch(cutoff, ["completed"], 3) == (3, 6, runs[2].id)
+    assert prune_batch(cutoff, ["completed"], 3) == (3, 6, (runs[2].completed_at, runs[2].id))
     assert surviving() == {runs[3].id, runs[4].id}
-    assert prune_batch(cutoff, ["completed"], 3) == (2, 4, runs[4].id)
+    assert prune_batch(cutoff, ["completed"], 3) == (2, 4, (runs[4].completed_at, runs[4].id))
     assert prune_batch(cutoff, ["completed"], 3) == (0, 0, None)
 
 

@@ -17,14 +17,15 @@ from everystep.store.prune import prune_batch
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def old_run(name: str = "tests.prune", **fields: object) -> Workflow:
-    """A completed run with one step, completed 40 days ago."""
+def old_run(name: str = "tests.prune", days: float = 40, **fields: object) -> Workflow:
+    """A completed run with one step, completed ``days`` days ago."""
     run = Workflow.objects.create(name=name, status="completed", args=[], **fields)
     now = timezone.now()
     Step.objects.create(
         workflow=run, step_id="1", name="s", status="done", started_at=now, finished_at=now
     )
-    Workflow.objects.filter(id=run.id).update(completed_at=now - timedelta(days=40))
+    Workflow.objects.filter(id=run.id).update(completed_at=now - timedelta(days=days))
+    run.refresh_from_db()
     return run
 
 
@@ -42,7 +43,7 @@ def test_a_batch_deletes_what_belongs_to_its_runs_and_unlinks_their_children():
     )
     cutoff = timezone.now() - timedelta(days=30)
 
-    assert prune_batch(cutoff, ["completed"], 1) == (1, 1, pruned.id)
+    assert prune_batch(cutoff, ["completed"], 1)[:2] == (1, 1)
 
     assert not Workflow.objects.filter(id=pruned.id).exists()
     assert not Event.objects.exists() and not Published.objects.exists()
@@ -75,10 +76,36 @@ def test_a_batch_reads_ids_only_and_deletes_each_table_once():
 
 
 def test_the_next_batch_starts_after_the_last_one():
-    """Given where the last batch stopped, a batch never reads back past it: runs the
-    prune keeps before that point are not read again."""
-    first, second = old_run(), old_run()
+    """Batches walk the runs by completion time, oldest first, each past where the last
+    stopped: a run kept by the prune before that point is not read again."""
+    later, first = old_run(days=35), old_run(days=45)
     cutoff = timezone.now() - timedelta(days=30)
-    assert prune_batch(cutoff, ["completed"], 1) == (1, 1, first.id)
-    assert prune_batch(cutoff, ["completed"], 1, after=second.id) == (0, 0, None)
-    assert prune_batch(cutoff, ["completed"], 1, after=first.id) == (1, 1, second.id)
+    place = (first.completed_at, first.id)
+    assert prune_batch(cutoff, ["completed"], 1) == (1, 1, place)
+    assert prune_batch(cutoff, ["completed"], 1, after=(later.completed_at, later.id)) == (
+        0,
+        0,
+        None,
+    )
+    assert prune_batch(cutoff, ["completed"], 1, after=place) == (
+        1,
+        1,
+        (later.completed_at, later.id),
+    )
+
+
+@pytest.mark.backends("postgres")
+def test_the_last_call_reads_no_run_completed_after_the_cutoff():
+    """With every old run pruned, the call that finds nothing left is one index probe: its
+    plan reads by completion time, not every run since (PostgreSQL's EXPLAIN)."""
+    now = timezone.now()
+    Workflow.objects.bulk_create(
+        Workflow(name="tests.fresh", status="completed", args=[], completed_at=now)
+        for _ in range(2000)
+    )
+    with connections[conf.database()].cursor() as cursor:
+        cursor.execute("ANALYZE everystep_workflow")
+    cutoff = timezone.now() - timedelta(days=30)
+    due = Workflow.objects.filter(status__in=["completed"], completed_at__lt=cutoff)
+    plan = due.order_by("completed_at", "id").values_list("id")[:100].explain()
+    assert "everystep_wf_completed" in plan, plan
