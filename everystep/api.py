@@ -34,7 +34,7 @@ from everystep.scheduling import schedule as schedule
 from everystep.scheduling import start as start
 
 if TYPE_CHECKING:
-    from everystep.engine.parallel import Branch
+    from everystep.engine.operations.parallel import Branch
     from everystep.models import Workflow
 
 
@@ -44,7 +44,7 @@ def parallel(*branches: Branch, everystep_id: str | None = None) -> tuple[Any, .
     A branch is a zero-argument callable, or a list/tuple of them run in order (its
     result is a tuple). Branches may nest ``parallel()``.
     """
-    from everystep.engine.parallel import parallel as run_parallel
+    from everystep.engine.operations.parallel import parallel as run_parallel
 
     return run_parallel(*branches, everystep_id=everystep_id)
 
@@ -91,7 +91,7 @@ def sleep(delay: timedelta | float) -> None:
     """Inside a workflow body: wait ``delay`` (a ``timedelta`` or seconds), durably. The
     run holds no worker slot meanwhile, and a crash neither loses the wait nor restarts
     its clock."""
-    from everystep.engine import waits
+    from everystep.engine.operations import waits
 
     waits.sleep(delay)
 
@@ -99,7 +99,7 @@ def sleep(delay: timedelta | float) -> None:
 def sleep_until(when: datetime) -> None:
     """Inside a workflow body: wait until ``when`` (naive: the project's time zone),
     durably; returns at once if that time has passed."""
-    from everystep.engine import waits
+    from everystep.engine.operations import waits
 
     waits.sleep_until(when)
 
@@ -108,7 +108,7 @@ def wait_for(name: str, timeout: timedelta | float | None = None) -> Any:
     """Inside a workflow body: wait durably for the event ``name`` sent to this run, and
     return its payload; raise ``everystep.errors.WaitTimeout`` after ``timeout``. An event
     sent before the run reaches this wait is kept and returned at once."""
-    from everystep.engine import waits
+    from everystep.engine.operations import waits
 
     return waits.wait_for(name, timeout)
 
@@ -128,7 +128,7 @@ def patched(change_id: str) -> bool:
     this point under the code before ``change_id`` (then False, so it keeps replaying the
     old branch). Recorded, so a run takes the same branch on every replay. Write a
     change to a body's steps as ``if patched("id"): <new> else: <old>``."""
-    from everystep.engine import patches
+    from everystep.engine.operations import patches
 
     return patches.patched(change_id)
 
@@ -137,7 +137,7 @@ def deprecate_patch(change_id: str) -> None:
     """Replaces ``patched(change_id)`` once the old branch is deleted: a run that took the
     old branch fails with ``WorkflowCodeError`` instead of replaying code it never ran.
     ``everystep_check_replay`` tells when no unfinished run takes it any more."""
-    from everystep.engine import patches
+    from everystep.engine.operations import patches
 
     patches.deprecate_patch(change_id)
 
@@ -146,7 +146,7 @@ def publish(key: str, value: Any) -> None:
     """From a workflow body or inside a step: make ``value`` the latest under ``key`` for
     the current run, for ``published``/``watch`` readers (``docs/progress.md``). From a
     step it is visible when this returns; from a body a replay publishes nothing."""
-    from everystep.engine.progress import publish as publish_value
+    from everystep.engine.operations.progress import publish as publish_value
 
     publish_value(key, value)
 

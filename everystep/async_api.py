@@ -9,7 +9,7 @@ Inside an ``async def`` workflow body: ``asleep``, ``asleep_until``, ``await_for
 ``astart``, ``aresult`` and ``agather`` are the body's durable waits and child starts,
 recorded as their sync twins are. Each takes its step id when it is *called*, not when
 it is awaited, so concurrent awaits get the same ids on every pass
-(``everystep.engine.async_ops``).
+(``everystep.engine.asynchronous.async_ops``).
 
 ``aresult`` and friends are plain functions returning an awaitable, for that reason:
 ``await aresult(run)`` reads as a coroutine call.
@@ -79,7 +79,7 @@ def agather(
 def asleep(delay: timedelta | float) -> Awaitable[None]:
     """Inside an async workflow body: ``await asleep(delay)`` waits durably, as
     ``sleep()`` does in a sync body."""
-    from everystep.engine import async_ops
+    from everystep.engine.asynchronous import async_ops
 
     return async_ops.asleep(delay)
 
@@ -87,7 +87,7 @@ def asleep(delay: timedelta | float) -> Awaitable[None]:
 @markcoroutinefunction
 def asleep_until(when: datetime) -> Awaitable[None]:
     """Inside an async workflow body: ``await asleep_until(when)``, durably."""
-    from everystep.engine import async_ops
+    from everystep.engine.asynchronous import async_ops
 
     return async_ops.asleep_until(when)
 
@@ -96,7 +96,7 @@ def asleep_until(when: datetime) -> Awaitable[None]:
 def await_for(name: str, timeout: timedelta | float | None = None) -> Awaitable[Any]:
     """Inside an async workflow body: wait durably for the event ``name``, as
     ``wait_for()`` does in a sync body."""
-    from everystep.engine import async_ops
+    from everystep.engine.asynchronous import async_ops
 
     return async_ops.await_for(name, timeout)
 
@@ -111,7 +111,7 @@ def astart(
 ) -> Awaitable[Workflow]:
     """``start()`` from an async workflow body (a recorded child start); outside a body
     it is ``aschedule()``."""
-    from everystep.engine import async_ops
+    from everystep.engine.asynchronous import async_ops
     from everystep.scheduling import run_of
 
     defn, stored = run_of(workflow_fn, args, keywords, idempotency_key, "astart")
@@ -123,8 +123,8 @@ def awatch(
 ) -> AsyncIterator[dict[str, Any]]:
     """``watch()`` for async code: ``async for values in awatch(run)``. Its waits hold no
     thread and share the process's wake-up with every other ``awatch`` and ``aresult``."""
-    from everystep.engine.results import run_ids
-    from everystep.engine.waits import as_delay
+    from everystep.engine.operations.results import run_ids
+    from everystep.engine.operations.waits import as_delay
     from everystep.waiting.waiters import watch_values
 
     (run_id,) = run_ids([run], "awatch()")

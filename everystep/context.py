@@ -8,7 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from everystep import serde
-from everystep.engine.pass_state import RunState, current_frame
+from everystep.engine.core.pass_state import RunState, current_frame
 
 
 class Outcomes(Mapping[str, Mapping[str, Any]]):

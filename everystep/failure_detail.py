@@ -211,7 +211,8 @@ def _library_roots() -> Iterator[tuple[str, str]]:
     # Looked up on each use, not at import: Django may be imported later (and
     # ``import everystep`` must not import it).
     yield os.path.dirname(__file__) + os.sep, "everystep"
-    # asgiref: the threads an async body's sync work runs on (everystep.engine.offload).
+    # asgiref: the threads an async body's sync work runs on
+    # (everystep.engine.asynchronous.offload).
     for package in ("django", "asgiref"):
         package_file = getattr(sys.modules.get(package), "__file__", None)
         if package_file:

@@ -31,7 +31,7 @@ class WorkflowDef:
     # Called with the claim and the run's name once a pass has ended the run in a final
     # status (a task's run sends Django's ``task_finished``). None for a ``@workflow``.
     finished: Callable[[Claim, str], None] | None = None
-    # An ``async def`` body: its passes run on an event loop (``engine.async_body``).
+    # An ``async def`` body: its passes run on an event loop (``engine.asynchronous.async_body``).
     is_async: bool = False
 
 
@@ -44,7 +44,7 @@ class StepDef:
     unsafe_to_repeat: bool = False
     # Its body runs in the transaction that records its outcome (see ``@step``).
     atomic: bool = False
-    # An ``async def`` step: awaited in an async body (``engine.async_steps``).
+    # An ``async def`` step: awaited in an async body (``engine.asynchronous.async_steps``).
     is_async: bool = False
 
 

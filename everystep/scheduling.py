@@ -43,7 +43,7 @@ def schedule(
     """
     from django.utils import timezone
 
-    from everystep.engine.waits import as_delay, as_instant
+    from everystep.engine.operations.waits import as_delay, as_instant
     from everystep.store.runs import create_run
 
     if at is not None and delay is not None:
@@ -66,9 +66,9 @@ def start(
     ``workflow_fn(*args)``, recorded like a step, so a replay returns the same child and
     no crash can start a second one; the child's ``parent`` is the calling run. Outside
     a running body it is ``schedule()``."""
-    from everystep.engine import children
-    from everystep.engine.recorded import body_frame
-    from everystep.engine.waits import sync_only
+    from everystep.engine.core.recorded import body_frame
+    from everystep.engine.operations import children
+    from everystep.engine.operations.waits import sync_only
     from everystep.store.runs import create_run
 
     defn, stored = run_of(workflow_fn, args, keywords, idempotency_key, "start")

@@ -30,7 +30,7 @@ def encode_error(exc: BaseException) -> dict[str, Any]:
     stored as its ``repr()``. A message past ``MAX_PART_BYTES`` is cut, and so are the
     args' long strings; args still past it are not stored (``args: null``), and a replay
     then rebuilds a ``StepFailure`` carrying the message, as the live pass sees it too
-    (``engine.step_run.failed_outcome``)."""
+    (``engine.operations.step_run.failed_outcome``)."""
     # The process has the type in hand: a replay here rebuilds it (a local or __main__
     # class is not remembered, and comes back as a StepFailure in every process).
     stored_types.remember(type(exc))

@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from everystep import registry, serde
-from everystep.engine.pass_state import current_frame
+from everystep.engine.core.pass_state import current_frame
 from everystep.errors import EverystepError
 from everystep.models import Status, Workflow
 from everystep.registry import WorkflowDef

@@ -37,7 +37,7 @@ except ImportError:  # pragma: no cover - the branch taken depends on the Django
 
 from everystep import registry, safe_text, serde, task_runs
 from everystep.decorators import MAX_NAME_LENGTH
-from everystep.engine.waits import as_instant
+from everystep.engine.operations.waits import as_instant
 from everystep.store.runs import create_run, get_run
 from everystep.task_framework import framework_module
 
@@ -50,7 +50,7 @@ class EverystepBackend(BaseTaskBackend):
 
     supports_defer = True
     supports_get_result = True
-    # An ``async def`` task runs as an async workflow body (``engine.async_body``).
+    # An ``async def`` task runs as an async workflow body (``engine.asynchronous.async_body``).
     supports_async_task = True
     # Runs are claimed in due order; the seeds chose no priorities.
     supports_priority = False

@@ -72,8 +72,9 @@ from datetime import timedelta
 from typing import Any
 
 from everystep import registry
-from everystep.engine import crashes, results, waits
+from everystep.engine.core import crashes, kinds
 from everystep.engine.execute import run_pass
+from everystep.engine.operations import waits
 from everystep.errors import EverystepError
 from everystep.models import Workflow
 from everystep.store.claims import claim_due, reclaim_parked
@@ -101,9 +102,8 @@ def run_due(
     if advance is not None:
         elapsed = _advance(advance)
         if elapsed:
-            shift_pending(
-                elapsed, sleep=waits.SLEEP, waits=(waits.WAIT, results.RESULT, results.GATHER)
-            )
+            # Every durable wait with a time, as the table of kinds declares them.
+            shift_pending(elapsed, wake_times=kinds.wake_times(), deadlines=kinds.deadlines())
     seen: dict[Any, None] = {}
     passes = 0
     queue = reclaim_parked(runner)

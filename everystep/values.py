@@ -43,5 +43,5 @@ class RecordedStep:
     result: Any = None
     error: dict[str, Any] | None = None
     # Its stored ``[args, kwargs]``, loaded for an async run's pass only: there a served
-    # step is checked against the call that reaches it (``engine.async_steps``).
+    # step is checked against the call that reaches it (``engine.asynchronous.async_steps``).
     call: Any = field(default=None, compare=False, repr=False)

@@ -4,31 +4,17 @@ everystep's own workflows (``everystep.builtins``) and Django's task framework s
 it, and the engine reaches them only through the registry (``registry.definition``,
 ``WorkflowDef``'s hooks).
 
-One pass over a claimed run:
+Three rooms by job, each importing only from the rooms below it
+(``tests/unit/test_layers.py``), and the two entries on top:
 
-- ``execute``: one pass: replay the body, executing what is new, until it returns or stops;
-- ``outcome``: how the pass then ends (finish, wait, requeue, abandon), written fenced;
-- ``pass_state``: the pass's state only: the run being replayed, id scopes, the frame;
-- ``replay``: the replay decision for one recorded operation, a pure function;
-- ``recorded``: the one path every recorded operation takes (reach its id, decide, then
-  record, serve or conclude), and the records' writes;
-- ``crashes``: simulated crashes at a chosen point, for tests.
-
-What a body calls, each a kind of recorded operation:
-
-- ``steps``: a step call; ``step_run``: a step executed, or served from its record;
-- ``parallel``: ``parallel()``, branches in their own id scopes;
-- ``waits``: ``sleep``, ``sleep_until``, ``wait_for``, and the one durable wait;
-- ``results``: ``result()`` and ``gather()`` in a body, waiting for runs to end;
-- ``children``: ``start()`` inside a body;
-- ``patches``: ``patched()`` and ``deprecate_patch()``;
-- ``progress``: ``publish()``, from a body or a step.
-
-Async bodies:
-
-- ``async_body``: the replay on an event loop, a scope per task;
-- ``async_ops``: the awaitable waits and starts, ids taken at the call;
-- ``async_steps``: a step awaited;
-- ``offload``: sync work on a thread from async code, and the release of a request
-  thread's idle connections before a long wait.
+- ``core/``: the core of a pass: its state, the replay decision, the one path of every
+  recorded operation, how the pass ends;
+- ``operations/``: what a body calls, each a kind of recorded operation (steps, sleeps
+  and waits, waits for runs, child starts, patch decisions) and ``publish``;
+- ``asynchronous/``: the machinery of ``async def`` bodies: the replay on an event loop,
+  the awaitable operations, sync work on a thread;
+- ``execute``: one pass over a claimed run: replay the body, sync or async, executing
+  what is new, until it returns or stops;
+- ``steps``: a ``@step`` call: executed or served in a sync body, its awaitable in an
+  async one (so it sits above both rooms).
 """

@@ -1,7 +1,7 @@
 """One pass over a claimed run: replay the body, executing what is new, until it
 returns or stops; how the pass then ends (finish, wait, requeue, abandon) is
-``everystep.engine.outcome``'s. Each operation the body reaches takes the path of
-``everystep.engine.recorded``.
+``everystep.engine.core.outcome``'s. Each operation the body reaches takes the path of
+``everystep.engine.core.recorded``.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from everystep import conf, registry, serde, signals, tracing
-from everystep.engine.crashes import simulated_crash
-from everystep.engine.offload import offload
-from everystep.engine.outcome import PassResult, abandon, end_pass, finish
-from everystep.engine.pass_state import AsyncPass, Frame, RunState, Scope, current_frame
+from everystep.engine.asynchronous.offload import offload
+from everystep.engine.core.crashes import simulated_crash
+from everystep.engine.core.outcome import PassResult, abandon, end_pass, finish
+from everystep.engine.core.pass_state import AsyncPass, Frame, RunState, Scope, current_frame
 from everystep.errors import EverystepError, RunInterrupted, StoreUnavailable, TooManyRecoveries
 from everystep.models import FINAL_STATUSES, Status
 from everystep.store import database
@@ -27,7 +27,7 @@ from everystep.values import Claim
 
 def run_pass(claim: Claim, *, should_drain: Callable[[], bool] = lambda: False) -> PassResult:
     """Replay and advance one claimed run until it reaches an outcome or must stop
-    (``everystep.engine.outcome`` lists the ways a pass ends).
+    (``everystep.engine.core.outcome`` lists the ways a pass ends).
 
     ``retry`` means the database could not be reached: the run is still claimed by
     ``claim`` and the caller should run the pass again once the database is back.
@@ -53,7 +53,7 @@ async def arun_pass(
     claim: Claim, *, should_drain: Callable[[], bool] = lambda: False
 ) -> PassResult:
     """``run_pass`` on the running event loop: the body awaited there, the database work
-    on threads (``everystep.engine.offload``). A sync body's pass runs on a thread."""
+    on threads (``everystep.engine.asynchronous.offload``). A sync body's pass runs on a thread."""
     try:
         begun = await offload(begin_pass, claim, should_drain)
         if isinstance(begun, PassResult):
@@ -73,7 +73,7 @@ def _sync_body(begun: Begun) -> PassResult:
 
 
 async def _async_body(begun: Begun) -> PassResult:
-    from everystep.engine.async_body import areplay
+    from everystep.engine.asynchronous.async_body import areplay
 
     began = time.monotonic()
     with _run_span(begun):
@@ -175,7 +175,8 @@ def _new_state(
         claim=claim,
         workflow_name=name,
         # A fresh run has nothing recorded: no need to ask. An async run's served steps
-        # are checked against their calls (``engine.async_steps``): their arguments too.
+        # are checked against their calls (``engine.asynchronous.async_steps``): their
+        # arguments too.
         records={} if claim.fresh else load_steps(claim.run_id, calls=is_async),
         should_drain=should_drain,
         # Branch threads cannot see the rows of an enclosing, uncommitted transaction
@@ -200,7 +201,7 @@ def replay_here(
         return replay(state, defn, args)
     from asgiref.sync import async_to_sync
 
-    from everystep.engine.async_body import areplay
+    from everystep.engine.asynchronous.async_body import areplay
 
     return async_to_sync(areplay, force_new_loop=True)(state, defn, args)
 

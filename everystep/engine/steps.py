@@ -1,15 +1,15 @@
 """One step call inside a run: pick its id, decide from the record, execute if new
-(``everystep.engine.step_run``); in an async body, the awaitable of the call
-(``everystep.engine.async_steps``)."""
+(``everystep.engine.operations.step_run``); in an async body, the awaitable of the call
+(``everystep.engine.asynchronous.async_steps``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from everystep.engine.async_steps import call_async
-from everystep.engine.recorded import body_frame, reach
-from everystep.engine.replay import Decision
-from everystep.engine.step_run import execute_step, served_step
+from everystep.engine.asynchronous.async_steps import call_async
+from everystep.engine.core.recorded import body_frame, reach
+from everystep.engine.core.replay import Decision
+from everystep.engine.operations.step_run import execute_step, served_step
 from everystep.errors import EverystepError
 from everystep.registry import StepDef
 

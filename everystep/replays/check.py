@@ -27,8 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from everystep import registry
+from everystep.engine.core.pass_state import AsyncPass, RunState
 from everystep.engine.execute import replay_here
-from everystep.engine.pass_state import AsyncPass, RunState
 from everystep.errors import (
     EffectUncertain,
     ReachedNewWork,

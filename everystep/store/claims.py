@@ -38,7 +38,7 @@ _TAKE_COLUMNS = tuple(take_fields("", uuid.UUID(int=0), None))  # values: all pa
 def _taken(run: str) -> str:
     """What a claim reads of each run it takes (``_claim``'s arguments), ``run`` naming
     the runs table. The due time only comes back for a run that has recorded steps: it
-    says how late a resumed wait woke (``engine.waits.woken``), and parsing it for every
+    says how late a resumed wait woke (``engine.operations.waits.woken``), and parsing it for every
     fresh run cost 4 % of a busy worker's CPU."""
     recorded = f"EXISTS (SELECT 1 FROM {STEPS} s WHERE s.workflow_id = {run}.id)"
     return (

@@ -69,7 +69,7 @@ def _finish_with_step_statement(db: Vendor) -> str:
 def merges_records(conn: Any) -> bool:
     """Whether ``finish_run`` writes a step record with the outcome in one statement on
     everystep's connection ``conn`` (PostgreSQL, outside a caller's transaction): only
-    then is a pass's last record worth holding back for it (``engine.recorded.record``)."""
+    then is a pass's last record worth holding back for it (``engine.core.recorded.record``)."""
     return vendor_of(conn).carries_records and not conn.in_atomic_block
 
 

@@ -112,7 +112,8 @@ def unfinished_batch(
     with_steps = [row[0] for row in rows if row[4]]
     records: dict[UUID, dict[str, RecordedStep]] = {run_id: {} for run_id in with_steps}
     if with_steps:
-        # With their arguments: an async body's replay compares them (engine.async_steps).
+        # With their arguments: an async body's replay compares them
+        # (engine.asynchronous.async_steps).
         steps = Step.objects.filter(workflow_id__in=with_steps).values_list(
             "workflow_id", "step_id", "name", "status", "result", "error", "args", "kwargs"
         )

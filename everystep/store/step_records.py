@@ -1,5 +1,5 @@
 """The records of a claimed run's operations — steps, waits, patch decisions, child
-starts — written for ``everystep.engine.recorded``: each fenced by the claim. The writes
+starts — written for ``everystep.engine.core.recorded``: each fenced by the claim. The writes
 that end a claimed pass (its outcome, its release to wait, its requeue) are
 ``everystep.store.outcome``'s; together the two modules hold every write made for a
 claimed run.

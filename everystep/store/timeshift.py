@@ -27,10 +27,13 @@ from everystep.store.wake import notify_due
 from everystep.times import project_time
 
 
-def shift_pending(advance: timedelta, *, sleep: str, waits: Collection[str]) -> None:
-    """Move every pending time of the unfinished runs ``advance`` earlier. ``sleep`` and
-    ``waits`` are the step names the engine records sleeps and waits with deadlines
-    under."""
+def shift_pending(
+    advance: timedelta, *, wake_times: Collection[str], deadlines: Collection[str]
+) -> None:
+    """Move every pending time of the unfinished runs ``advance`` earlier. ``wake_times``
+    are the record names of the waits recorded ``done`` with their wake time as the
+    result (a sleep), ``deadlines`` those whose ``started`` record holds a deadline
+    (``everystep.engine.core.kinds`` lists both)."""
     now = timezone.now()
     with database.atomic():
         moved = Workflow.objects.filter(status=Status.SCHEDULED, due_at__gt=now).update(
@@ -38,8 +41,8 @@ def shift_pending(advance: timedelta, *, sleep: str, waits: Collection[str]) -> 
         )
         records = (
             Step.objects.filter(
-                Q(name=sleep, status=StepStatus.DONE)
-                | Q(name__in=list(waits), status=StepStatus.STARTED)
+                Q(name__in=list(wake_times), status=StepStatus.DONE)
+                | Q(name__in=list(deadlines), status=StepStatus.STARTED)
             )
             .exclude(workflow__status__in=FINAL_STATUSES)
             .values_list("pk", "name", "result")
@@ -47,7 +50,7 @@ def shift_pending(advance: timedelta, *, sleep: str, waits: Collection[str]) -> 
         for pk, name, result in records:
             shifted = (
                 _shifted_wake(result, advance, now)
-                if name == sleep
+                if name in wake_times
                 else _shifted_deadline(result, advance, now)
             )
             if shifted is not None:

@@ -27,7 +27,7 @@ from everystep.store import database, prepared
 CHANNEL = "everystep_due"
 # Where a run that someone awaits announces its end (``everystep.store.run_waits``).
 ENDED_CHANNEL = "everystep_ended"
-# Where runs' published values announce a change (``everystep.engine.progress``), batched
+# Where runs' published values announce a change (``everystep.engine.operations.progress``), batched
 # per process; watchers listen.
 PUBLISHED_CHANNEL = "everystep_published"
 # How long the listener waits for its own probe before deciding LISTEN does not work.

@@ -14,8 +14,7 @@ from django.http import QueryDict
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from everystep.engine.children import START
-from everystep.engine.results import GATHER, RESULT
+from everystep.engine.core import kinds
 from everystep.models import StepStatus, Workflow
 from everystep.store.lineage import run_lineage
 from everystep.store.reports import run_family
@@ -67,16 +66,16 @@ def started_children(steps: Iterable[StepOutline], cut: bool) -> bool:
     """Whether a run whose steps are ``steps`` (the first ones only, if ``cut``) may
     have children: a body starts a child only through a recorded ``everystep.start``, so
     the run page of a run that never did reads nothing more for them."""
-    return cut or any(step.name == START for step in steps)
+    return cut or any(step.name == kinds.START.record for step in steps)
 
 
 def step_runs(name: str, status: str, args: Any, result: Any, href: Callable[[Any], str]) -> str:
     """The runs a composition step names, linked, for its row of the step table ("" for
     any other step): the child of a start, the runs a result or gather awaits."""
-    if name == START:
+    if name == kinds.START.record:
         child = result.get("run") if isinstance(result, dict) else None
         return _links("child run", [child], href)
-    if name in (RESULT, GATHER) and isinstance(args, list):
+    if kinds.of(name).wake is kinds.Wake.RUNS and isinstance(args, list):
         # A wait records the ids it awaits as its arguments, whatever its outcome.
         verb = "awaits" if status == StepStatus.STARTED else "awaited"
         return _links(verb, args, href)

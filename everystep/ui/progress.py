@@ -14,8 +14,8 @@ from typing import Any
 from uuid import UUID
 
 from everystep import safe_text
-from everystep.engine.pass_state import check_name
-from everystep.engine.progress import MAX_KEY_LENGTH
+from everystep.engine.core.pass_state import check_name
+from everystep.engine.operations.progress import MAX_KEY_LENGTH
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Workflow
 from everystep.store import published

@@ -1,5 +1,5 @@
 """``result()`` and ``gather()``: inside a body the engine's durable wait
-(``everystep.engine.results``); outside one, the calling thread blocks, reading the runs
+(``everystep.engine.operations.results``); outside one, the calling thread blocks, reading the runs
 in autocommit (no transaction is held open while it waits), woken by NOTIFY on
 PostgreSQL and by polling elsewhere.
 """
@@ -14,9 +14,9 @@ from typing import Any
 
 from django.db import connections
 
-from everystep.engine import results
-from everystep.engine.recorded import body_frame
-from everystep.engine.waits import as_delay
+from everystep.engine.core.recorded import body_frame
+from everystep.engine.operations import results
+from everystep.engine.operations.waits import as_delay
 from everystep.errors import EverystepError, StoreUnavailable, WaitTimeout
 from everystep.models import Workflow
 from everystep.store import run_waits

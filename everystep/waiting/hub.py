@@ -48,7 +48,7 @@ from uuid import UUID
 
 from django.db import connections
 
-from everystep.engine import results
+from everystep.engine.operations import results
 from everystep.errors import EverystepError, StoreUnavailable
 from everystep.models import FINAL_STATUSES
 from everystep.store import published, run_waits

@@ -1,5 +1,5 @@
 """``aresult`` / ``agather`` outside a run (inside one they are the engine's:
-``everystep.engine.async_ops``): waiting on an event loop for runs to end;
+``everystep.engine.asynchronous.async_ops``): waiting on an event loop for runs to end;
 ``awatch``: following a run's published values there. Every waiter and watcher of a
 process registers with its one hub (``everystep.waiting.hub``), a thread that reads for
 them all and settles each on its own loop: no loop ever blocks, and no waiter holds a
@@ -26,9 +26,10 @@ from uuid import UUID
 
 from asgiref.sync import AsyncToSync
 
-from everystep.engine import async_ops, results
-from everystep.engine.offload import close_idle, offload, release
-from everystep.engine.waits import as_delay
+from everystep.engine.asynchronous import async_ops
+from everystep.engine.asynchronous.offload import close_idle, offload, release
+from everystep.engine.operations import results
+from everystep.engine.operations.waits import as_delay
 from everystep.errors import WaitTimeout
 from everystep.models import Workflow
 from everystep.waiting.blocking import look_outside

@@ -19,8 +19,8 @@ from typing import Any
 from uuid import UUID
 
 from everystep import serde
-from everystep.engine.results import run_ids
-from everystep.engine.waits import as_delay
+from everystep.engine.operations.results import run_ids
+from everystep.engine.operations.waits import as_delay
 from everystep.errors import EverystepError, StoreUnavailable, WaitTimeout
 from everystep.models import FINAL_STATUSES, Workflow
 from everystep.store import published as store

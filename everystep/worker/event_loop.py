@@ -20,10 +20,10 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from everystep.engine.async_body import install
+from everystep.engine.asynchronous.async_body import install
+from everystep.engine.asynchronous.offload import offload_to
+from everystep.engine.core.outcome import PassResult
 from everystep.engine.execute import arun_pass
-from everystep.engine.offload import offload_to
-from everystep.engine.outcome import PassResult
 from everystep.values import Claim
 from everystep.worker.connections import close_thread_connections, keep_connections
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
-from everystep.engine.outcome import report_requeued
+from everystep.engine.core.outcome import report_requeued
 from everystep.store import database, run_waits, runners
 from everystep.store.guard import DATABASE_ERRORS
 from everystep.worker.worker_state import WorkerState

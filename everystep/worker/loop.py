@@ -23,7 +23,7 @@ from datetime import datetime
 from django.utils import timezone
 
 from everystep import signals
-from everystep.engine.outcome import PassResult
+from everystep.engine.core.outcome import PassResult
 from everystep.errors import EverystepError
 from everystep.store import database, network
 from everystep.store.claims import claim_due, next_due, reclaim_parked, reclaim_strays

@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from everystep import registry
+from everystep.engine.core.outcome import PassResult, fail
 from everystep.engine.execute import run_pass
-from everystep.engine.outcome import PassResult, fail
 from everystep.errors import StoreUnavailable
 from everystep.store.runs import get_run
 from everystep.values import Claim

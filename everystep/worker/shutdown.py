@@ -13,7 +13,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from django.db import connections
 
-from everystep.engine.outcome import report_requeued
+from everystep.engine.core.outcome import report_requeued
 from everystep.store import database
 from everystep.store.guard import UNREACHABLE
 from everystep.store.outcome import requeue_run

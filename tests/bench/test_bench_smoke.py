@@ -45,6 +45,8 @@ SMOKE: dict[str, tuple[str, list[str]]] = {
     "progress.py": ("progress", [
         "--db sqlite --runs 10 --repeat 1 --publish-workers 1 --publish-pool 1 --publishes 10"
         " --count 20 --parallel 2 --wait-quiet 0"]),
+    # PostgreSQL: the rows read come from pg_stat_user_tables.
+    "prune.py": ("prune", ["--db postgres --quick --batch-size 500 --wait-quiet 0"]),
     "run.py": ("run", [
         "--db sqlite --runs 10 --workers 1 --pool 2 --samples 2"]),
     "scaling.py": ("scaling", [

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 import everystep
 from everystep import awatch, publish, published, result, schedule, watch
-from everystep.engine.progress import MAX_KEYS, MAX_VALUE_BYTES
+from everystep.engine.operations.progress import MAX_KEYS, MAX_VALUE_BYTES
 from everystep.errors import EverystepError, WaitTimeout
 from everystep.models import FINAL_STATUSES, Published, Status, Workflow
 from everystep.testing import run_due

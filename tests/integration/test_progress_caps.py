@@ -10,7 +10,7 @@ import pytest
 from django.db import connection, connections
 
 from everystep import publish, published, schedule, sleep, step, workflow
-from everystep.engine.progress import MAX_KEYS
+from everystep.engine.operations.progress import MAX_KEYS
 from everystep.models import Published, Status, Workflow
 from everystep.store import published as store
 from everystep.testing import run_due

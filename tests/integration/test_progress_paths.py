@@ -1,4 +1,4 @@
-"""Where ``publish`` writes (``everystep.engine.progress``): a step's value is visible
+"""Where ``publish`` writes (``everystep.engine.operations.progress``): a step's value is visible
 while its own transaction is still open (an atomic step; SQLite, with one writer, at
 the commit), from an async step and an async body as from sync ones, and a replay check
 writes nothing."""

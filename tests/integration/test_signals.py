@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from everystep import logs, metrics, schedule, signals
-from everystep.engine.pass_state import RunState
+from everystep.engine.core.pass_state import RunState
 from everystep.testing import run_due
 from tests.testapp import workflows as wf
 

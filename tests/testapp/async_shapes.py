@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from everystep import Terminal, step, workflow
-from everystep.engine.parallel import raise_failures
+from everystep.engine.operations.parallel import raise_failures
 from everystep.errors import EffectUncertain, RunInterrupted, WorkflowCodeError
 from tests.testapp import shapes
 from tests.testapp.shapes import Node

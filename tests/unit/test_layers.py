@@ -41,8 +41,13 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("models", ("everystep.models", "everystep.migrations")),
     ("store", ("everystep.store",)),
+    # The engine's rooms (everystep/engine/__init__.py): the core of a pass, the
+    # operations a body calls, the async machinery, then the entries on top.
+    ("engine: the core of a pass", ("everystep.engine.core",)),
+    ("engine: the operations", ("everystep.engine.operations",)),
+    ("engine: async bodies", ("everystep.engine.asynchronous",)),
     (
-        "engine and observability",
+        "engine (execute, steps) and observability",
         (
             "everystep.engine",
             "everystep.context",

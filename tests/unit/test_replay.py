@@ -1,10 +1,10 @@
-"""The replay decision (``everystep.engine.replay.decide``) for every branch, no database."""
+"""The replay decision (``everystep.engine.core.replay.decide``) for every branch, no database."""
 
 from __future__ import annotations
 
 import pytest
 
-from everystep.engine.replay import Decision, decide
+from everystep.engine.core.replay import Decision, decide
 from everystep.values import RecordedStep
 
 NAME = "shop.steps.charge_card"

@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 
 from everystep import serde, stored_errors
-from everystep.engine.results import value
+from everystep.engine.operations.results import value
 from everystep.errors import RunCancelled, RunStopped, StepFailure, Terminal
 
 
@@ -35,7 +35,7 @@ def test_a_failure_whose_type_is_gone_is_a_step_failure() -> None:
 
 
 def test_a_stopped_run_raises_run_stopped_with_reason_and_payload() -> None:
-    from everystep.engine.outcome import encode_outcome_error
+    from everystep.engine.core.outcome import encode_outcome_error
 
     error = encode_outcome_error(Terminal("out of stock", {"sku": 7}))
     with pytest.raises(RunStopped) as stopped:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from everystep.engine.pass_state import MAX_STEP_ID_LENGTH, Scope, check_name
+from everystep.engine.core.pass_state import MAX_STEP_ID_LENGTH, Scope, check_name
 from everystep.errors import EverystepError
 
 INVALID_NAMES = [

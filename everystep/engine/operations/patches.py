@@ -26,9 +26,10 @@ itself can go: a decision nobody reaches any more is ignored (``history_beyond``
 
 from __future__ import annotations
 
-from everystep.engine.pass_state import PATCH_RECORD, Frame, check_length, check_name
-from everystep.engine.recorded import body_frame, reach, record, served
-from everystep.engine.replay import Decision
+from everystep.engine.core import kinds
+from everystep.engine.core.pass_state import Frame, check_length, check_name
+from everystep.engine.core.recorded import body_frame, reach, record, served
+from everystep.engine.core.replay import Decision
 from everystep.errors import EverystepError, WorkflowCodeError
 from everystep.models import StepStatus
 
@@ -50,13 +51,21 @@ def patched(change_id: str) -> bool:
             )
         )
     op = reach(
-        frame, PATCH_RECORD, step_id=_patch_id(frame, change_id), shown=f"patched({change_id!r})"
+        frame,
+        kinds.PATCHED.record,
+        step_id=_patch_id(frame, change_id),
+        shown=f"patched({change_id!r})",
     )
     if op.decision is Decision.EXECUTE:
         decision = not op.run.history_beyond(frame.scope.prefix)
         if not op.run.checking:
             record(
-                op.run, op.step_id, PATCH_RECORD, StepStatus.DONE, args=[change_id], result=decision
+                op.run,
+                op.step_id,
+                kinds.PATCHED.record,
+                StepStatus.DONE,
+                args=[change_id],
+                result=decision,
             )
     else:
         decision = bool(served(op))

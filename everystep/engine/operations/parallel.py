@@ -16,8 +16,8 @@ from typing import Any, NoReturn
 from django.db import connections
 
 from everystep import conf, tracing
-from everystep.engine.pass_state import Frame, Scope, current_frame
-from everystep.engine.recorded import flush
+from everystep.engine.core.pass_state import Frame, Scope, current_frame
+from everystep.engine.core.recorded import flush
 from everystep.errors import (
     EffectUncertain,
     EverystepError,

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from everystep import failure_detail, safe_text, serde, signals, stored_errors
-from everystep.engine.pass_state import RunState
-from everystep.engine.recorded import announce, flush, take_held
+from everystep.engine.core.pass_state import RunState
+from everystep.engine.core.recorded import announce, flush, take_held
 from everystep.errors import (
     AlreadyRecorded,
     ClaimLost,

@@ -1,6 +1,6 @@
 """The one path every recorded operation of a body takes: step calls, sleeps, waits for
 events, patch decisions, child starts and waits for runs. Its decisions and its writes
-are all here; the state they read and keep is ``everystep.engine.pass_state``'s, the
+are all here; the state they read and keep is ``everystep.engine.core.pass_state``'s, the
 statements they run are ``everystep.store.step_records``'s.
 
 A call ``reach``es its operation: it takes the operation's id in the caller's scope,
@@ -23,10 +23,10 @@ from typing import Any
 from django.utils import timezone
 
 from everystep import failure_detail, serde, signals, stored_errors
-from everystep.engine import crashes, replay
-from everystep.engine.crashes import maybe_crash
-from everystep.engine.pass_state import Frame, Held, RunState, current_frame
-from everystep.engine.replay import Decision
+from everystep.engine.core import crashes, kinds, replay
+from everystep.engine.core.crashes import maybe_crash
+from everystep.engine.core.pass_state import Frame, Held, RunState, current_frame
+from everystep.engine.core.replay import Decision
 from everystep.errors import ReachedNewWork, Terminal, WorkflowCodeError
 from everystep.models import StepStatus
 from everystep.store import database
@@ -69,12 +69,12 @@ def reach(
     *,
     everystep_id: str | None = None,
     step_id: str | None = None,
-    waits: bool = False,
     shown: str | None = None,
 ) -> Operation:
     """The operation ``name`` the body reaches next in ``frame``: at the next position
     of its scope (or ``everystep_id``), or at ``step_id`` for an operation that takes no
-    position (a patch decision). ``waits``: a ``started`` record is a wait in progress.
+    position (a patch decision). Its kind (``kinds.of(name)``) says whether a ``started``
+    record is a wait in progress.
     ``shown``: how the call is named in a ``WorkflowCodeError`` (default ``name``)."""
     run = frame.run
     if step_id is None:
@@ -82,7 +82,7 @@ def reach(
     else:
         run.visit(step_id)
     recorded = run.recorded(step_id)
-    decision = replay.decide(recorded, name, waits=waits)
+    decision = replay.decide(recorded, name, waits=kinds.of(name).in_progress)
     if decision is Decision.CODE_CHANGED:
         assert recorded is not None
         raise run.abort(code_changed(run, step_id, recorded.name, shown or name))
@@ -158,19 +158,7 @@ def record(
         result=result,
         error=error,
     )
-    if (
-        run.holds_records
-        and status in _HOLDABLE
-        and not after_started
-        and child is None
-        # Not in a fork's branch (ids with a dot): branches run on threads of their
-        # own, and one waiting for another's record to be written while holding a
-        # row lock (an atomic step) would wait for ever.
-        and "." not in step_id
-        and not crashes.armed()  # a simulated crash must find the record written
-        # An atomic step's record commits with its body's writes, in its transaction.
-        and not database.connection().in_atomic_block
-    ):
+    if _holdable(name, status, after_started, child) and _may_hold(run, step_id):
         step = RecordedStep(step_id, name, status, result, error)
         run.remember(step)
         run.held = Held(values, step, time.monotonic() - began)
@@ -182,6 +170,28 @@ def record(
     if crash_point is not None:
         maybe_crash(step_id, name, crash_point)
     return step
+
+
+def _holdable(name: str, status: str, after_started: bool, child: Child | None) -> bool:
+    """Whether this record may wait for the next write, by what it is: an outcome
+    (a ``started`` record must be in before the wait or the body it begins), not one
+    replacing its own ``started`` record, and of a kind that allows it
+    (``kinds.Kind.held_back``: a child start inserts its child at once)."""
+    return status in _HOLDABLE and not after_started and child is None and kinds.of(name).held_back
+
+
+def _may_hold(run: RunState, step_id: str) -> bool:
+    """Whether this pass may hold a record back here, by where it is."""
+    return (
+        run.holds_records
+        # Not in a fork's branch (ids with a dot): branches run on threads of their
+        # own, and one waiting for another's record to be written while holding a
+        # row lock (an atomic step) would wait for ever.
+        and "." not in step_id
+        and not crashes.armed()  # a simulated crash must find the record written
+        # An atomic step's record commits with its body's writes, in its transaction.
+        and not database.connection().in_atomic_block
+    )
 
 
 def flush(run: RunState) -> None:

@@ -35,7 +35,7 @@ from typing import Any
 from uuid import UUID
 
 from everystep import conf, serde
-from everystep.engine.pass_state import RunState, check_name, current_frame
+from everystep.engine.core.pass_state import RunState, check_name, current_frame
 from everystep.errors import EverystepError, StoreUnavailable
 from everystep.store import database, published
 from everystep.store.wake import notify_published

@@ -1,6 +1,6 @@
 """Durable waits inside a workflow body: ``sleep``, ``sleep_until`` and ``wait_for``;
 and ``durable``, the one way a wait for something that comes (an event here, runs to end
-in ``everystep.engine.results``) is recorded, replayed, concluded and timed out.
+in ``everystep.engine.operations.results``) is recorded, replayed, concluded and timed out.
 
 A wait takes a step id like a step. Its first pass records when it ends (the wake time of
 a sleep, the deadline of a wait for an event) and the pass stops there with
@@ -14,7 +14,7 @@ Records: a sleep is a ``done`` step named ``everystep.sleep`` whose result is th
 time. A wait for an event is ``started`` (result: the event name and the deadline) until
 its outcome is known, then ``done`` with the payload or ``failed`` with ``WaitTimeout``
 (a wait for runs likewise, with the runs in place of the event). Each is a recorded
-operation (``everystep.engine.recorded``): reached, decided, written by that path.
+operation (``everystep.engine.core.recorded``): reached, decided, written by that path.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from typing import Any
 from django.utils import timezone
 
 from everystep import serde, signals, stored_errors
-from everystep.engine.pass_state import Frame, RunState, current_frame
-from everystep.engine.recorded import (
+from everystep.engine.core import kinds
+from everystep.engine.core.pass_state import Frame, RunState, current_frame
+from everystep.engine.core.recorded import (
     Operation,
     body_frame,
     code_changed,
@@ -38,14 +39,14 @@ from everystep.engine.recorded import (
     record,
     served,
 )
-from everystep.engine.replay import Decision
+from everystep.engine.core.replay import Decision
 from everystep.errors import EverystepError, Suspended, WaitTimeout
 from everystep.models import StepStatus
 from everystep.store.events import check_event_name, event_payload
 from everystep.times import project_time
 
-SLEEP = "everystep.sleep"
-WAIT = "everystep.wait_for"
+SLEEP = kinds.SLEEP.record
+WAIT = kinds.WAIT_FOR.record
 
 
 def as_delay(value: timedelta | float, what: str) -> timedelta:
@@ -86,9 +87,7 @@ def wait_for(name: str, timeout: timedelta | float | None = None) -> Any:
     its payload, or raise ``WaitTimeout`` once ``timeout`` has passed without it."""
     check_event_name(name)
     limit = None if timeout is None else as_delay(timeout, "wait_for() timeout")
-    return waited_for(
-        reach(durable_frame("wait_for()", "await_for()"), WAIT, waits=True), name, limit
-    )
+    return waited_for(reach(durable_frame("wait_for()", "await_for()"), WAIT), name, limit)
 
 
 def waited_for(op: Operation, name: str, limit: timedelta | None) -> Any:
@@ -173,7 +172,7 @@ def slept(op: Operation, wake_time: Callable[[datetime], datetime]) -> None:
     now = timezone.now()
     if op.decision is Decision.EXECUTE:
         wake = wake_time(now)
-        record(op.run, op.step_id, SLEEP, StepStatus.DONE, result=serde.encode(wake))
+        record(op.run, op.step_id, op.name, StepStatus.DONE, result=serde.encode(wake))
         if wake > now:
             raise Suspended(wake)
         return

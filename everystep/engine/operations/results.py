@@ -1,7 +1,7 @@
 """Waiting for runs to end: ``result()`` and ``gather()`` inside a body.
 
 Inside a running body the wait is durable, written as ``wait_for`` is (one helper,
-``everystep.engine.waits.durable``): one recorded operation (``everystep.result`` or
+``everystep.engine.operations.waits.durable``): one recorded operation (``everystep.result`` or
 ``everystep.gather``) that takes a position. If every awaited run has ended when it is
 reached, their outcomes are recorded (``done``) at once; otherwise it records
 ``started`` (the runs, the deadline) and the pass stops with ``Suspended``: the run is
@@ -29,16 +29,17 @@ from datetime import timedelta
 from typing import Any
 
 from everystep import serde, stored_errors
-from everystep.engine.parallel import raise_failures
-from everystep.engine.pass_state import Frame
-from everystep.engine.recorded import Operation, reach
-from everystep.engine.waits import Awaited, durable, sync_only
+from everystep.engine.core import kinds
+from everystep.engine.core.pass_state import Frame
+from everystep.engine.core.recorded import Operation, reach
+from everystep.engine.operations.parallel import raise_failures
+from everystep.engine.operations.waits import Awaited, durable, sync_only
 from everystep.errors import EverystepError, RunCancelled, RunStopped
 from everystep.models import FINAL_STATUSES, Status, Workflow
 from everystep.store import run_waits
 
-RESULT = "everystep.result"
-GATHER = "everystep.gather"
+RESULT = kinds.RESULT.record
+GATHER = kinds.GATHER.record
 
 
 def run_ids(runs: Sequence[Workflow | uuid.UUID | str], what: str) -> list[uuid.UUID]:
@@ -107,7 +108,7 @@ def in_body(
     """The durable wait of ``result()`` (``name``: ``RESULT``) or ``gather()`` reached in
     the sync body of ``frame``."""
     sync_only(frame, what, f"a{what}")
-    return awaited_runs(reach(frame, name, waits=True), ids, limit, what)
+    return awaited_runs(reach(frame, name), ids, limit, what)
 
 
 def outcomes(ids: list[uuid.UUID], what: str) -> list[dict[str, Any]] | None:

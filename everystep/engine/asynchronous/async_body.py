@@ -4,7 +4,8 @@ Step ids must be the same on every pass, and in an async body awaits interleave 
 timing. Two rules make the ids independent of that order:
 
 - an operation (a step call, a wait, a child start) takes its id when it is *called*
-  (``everystep.engine.async_ops``), and one task's calls happen in its own code's order;
+  (``everystep.engine.asynchronous.async_ops``), and one task's calls happen in its own
+  code's order;
 - a task created in a body (``asyncio.gather`` of coroutines, ``create_task``, a
   ``TaskGroup``) takes the next position of its creator's scope when it is created, and
   its own operations are numbered in a scope of their own under it (``3.0.1``,
@@ -16,7 +17,7 @@ finished first. ``asyncio.wait`` and ``asyncio.as_completed`` exist to do that: 
 refused in a body (use ``asyncio.gather`` or a ``TaskGroup``, which keep call order).
 Other timing-dependent code (a shared list appended in completion order) is caught when
 a served step is called with other arguments than it was recorded with
-(``everystep.engine.async_steps``): ``WorkflowCodeError``, never another call's result.
+(``everystep.engine.asynchronous.async_steps``): ``WorkflowCodeError``, never another call's result.
 
 The pass ends when the body does; tasks of the body still running then may finish the
 operation they are in, and start no other.
@@ -30,21 +31,12 @@ from collections.abc import Coroutine
 from typing import Any
 
 from everystep import serde
-from everystep.engine.async_ops import handed_over
-from everystep.engine.parallel import waits_together
-from everystep.engine.pass_state import Frame, RunState, Scope, current_frame
+from everystep.engine.asynchronous.async_ops import handed_over
+from everystep.engine.asynchronous.asyncio_internals import reports_by_completion
+from everystep.engine.core.pass_state import Frame, RunState, Scope, current_frame
+from everystep.engine.operations.parallel import waits_together
 from everystep.errors import EverystepError, RunInterrupted, Suspended
 from everystep.registry import WorkflowDef
-
-# The completion callbacks of ``asyncio.wait`` and ``asyncio.as_completed`` (Python 3.11
-# to 3.13): which task they report first depends on timing.
-_BY_COMPLETION = frozenset(
-    {
-        "_wait.<locals>._on_completion",
-        "as_completed.<locals>._on_completion",
-        "_AsCompletedIterator._handle_completion",
-    }
-)
 
 
 class PassOver(RunInterrupted):
@@ -57,10 +49,7 @@ class BodyTask(asyncio.Task[Any]):
     run: RunState
 
     def add_done_callback(self, fn: Any, *, context: Any = None) -> None:
-        if getattr(fn, "__module__", None) == "asyncio.tasks" and (
-            getattr(fn, "__qualname__", "") in _BY_COMPLETION
-            or getattr(getattr(fn, "__func__", None), "__qualname__", "") in _BY_COMPLETION
-        ):
+        if reports_by_completion(fn):
             raise self.run.abort(
                 EverystepError(
                     f"run {self.run.run_id}: asyncio.wait() and asyncio.as_completed() "

@@ -1,6 +1,6 @@
 """Per-pass state, and nothing else: the run being replayed (``RunState``), the id
 scopes, and the current frame. What a pass writes, and how it decides what to write, is
-``everystep.engine.recorded``'s.
+``everystep.engine.core.recorded``'s.
 
 A *frame* says where the calling code is: which run, which id scope (the workflow body
 or one fork branch), and whether it is already inside a step body (where nested step
@@ -17,13 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from everystep.engine.core import kinds
 from everystep.errors import EverystepError
 from everystep.safe_text import storable_text
 from everystep.values import Claim, RecordedStep
 
 MAX_STEP_ID_LENGTH = 300
-# The name under which ``patched`` records a decision (``everystep.engine.patches``).
-PATCH_RECORD = "everystep.patched"
 
 
 class Scope:
@@ -77,7 +76,7 @@ def check_length(step_id: str) -> str:
 
 @dataclass(frozen=True)
 class Held:
-    """An outcome record held back (``everystep.engine.recorded.record``): its columns,
+    """An outcome record held back (``everystep.engine.core.recorded.record``): its columns,
     and what its announcement says once it is written."""
 
     values: dict[str, Any]
@@ -133,10 +132,10 @@ class RunState:
     # What the definition's ``begin`` hook returned as this pass began (a Django
     # ``@task``'s run: its ``TaskResult``, for the task's context); None without one.
     begun: Any = None
-    # An async body's pass (``everystep.engine.async_body``): what only it keeps; None
+    # An async body's pass (``everystep.engine.asynchronous.async_body``): what only it keeps; None
     # for a sync body's.
     aio: AsyncPass | None = None
-    # The values this pass published (``everystep.engine.progress``): key → stored JSON
+    # The values this pass published (``everystep.engine.operations.progress``): key → stored JSON
     # text, so publishing a value again writes nothing (None: a key a replay passed, not
     # written); per pass, since another worker may have published since this one last
     # did. ``publishing`` orders a key's writes.
@@ -179,7 +178,7 @@ class RunState:
             return any(
                 step_id.startswith(prefix)
                 and step_id not in self.visited
-                and record.name != PATCH_RECORD
+                and kinds.of(record.name).takes_position
                 for step_id, record in self.records.items()
             )
 

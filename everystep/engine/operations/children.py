@@ -14,13 +14,14 @@ from typing import Any
 from uuid import UUID
 
 from everystep import conf
-from everystep.engine.pass_state import Frame
-from everystep.engine.recorded import Operation, code_changed, reach, record
-from everystep.engine.replay import Decision
+from everystep.engine.core import kinds
+from everystep.engine.core.pass_state import Frame
+from everystep.engine.core.recorded import Operation, code_changed, reach, record
+from everystep.engine.core.replay import Decision
 from everystep.models import StepStatus, Workflow
 from everystep.store.step_records import Child
 
-START = "everystep.start"
+START = kinds.START.record
 
 
 def start(

@@ -26,12 +26,12 @@ from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 
 from everystep import serde
-from everystep.engine.async_ops import issue
-from everystep.engine.offload import offload
-from everystep.engine.pass_state import Frame, current_frame
-from everystep.engine.recorded import Operation, code_changed, reach
-from everystep.engine.replay import Decision
-from everystep.engine.step_run import (
+from everystep.engine.asynchronous.async_ops import issue
+from everystep.engine.asynchronous.offload import offload
+from everystep.engine.core.pass_state import Frame, current_frame
+from everystep.engine.core.recorded import Operation, code_changed, reach
+from everystep.engine.core.replay import Decision
+from everystep.engine.operations.step_run import (
     begin_step,
     execute_step,
     failed_outcome,

@@ -4,7 +4,7 @@ one: ``everystep.waiting.waiters``).
 Every operation takes its step id when it is *called*, in the calling task, exactly as
 its sync twin does; only the work behind the id (the database, the step's body) waits
 for the ``await``. A body's control flow is sequential within each task, and a task
-created in a body gets a scope of its own (``everystep.engine.async_body``), so the ids
+created in a body gets a scope of its own (``everystep.engine.asynchronous.async_body``), so the ids
 are the same on every pass however the awaits interleave.
 
 What follows the id is the sync twin's own code, run on a thread (``offload``): the
@@ -18,10 +18,11 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from everystep.engine import children, results, waits
-from everystep.engine.offload import offload
-from everystep.engine.pass_state import Frame
-from everystep.engine.recorded import Operation, body_frame, reach
+from everystep.engine.asynchronous.asyncio_internals import argument_of, made_by
+from everystep.engine.asynchronous.offload import offload
+from everystep.engine.core.pass_state import Frame
+from everystep.engine.core.recorded import Operation, body_frame, reach
+from everystep.engine.operations import children, results, waits
 from everystep.errors import EverystepError, RunInterrupted, Suspended
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ async def operation(work: Callable[[], Awaitable[Any]], op: Operation) -> Any:
 def issue(work: Callable[[], Awaitable[Any]], op: Operation) -> Coroutine[Any, Any, Any]:
     """The awaitable of the operation reached as ``op``, doing ``work`` once awaited.
     Until then it counts as not awaited: a body that returns with one such forgot an
-    ``await``, and its run fails saying so (``engine.async_body``)."""
+    ``await``, and its run fails saying so (``engine.asynchronous.async_body``)."""
     op.run.async_pass.unawaited[op.step_id] = op.name
     return operation(work, op)
 
@@ -61,10 +62,9 @@ def issue(work: Callable[[], Awaitable[Any]], op: Operation) -> Coroutine[Any, A
 def handed_over(coro: object) -> bool:
     """Whether ``coro`` is an operation, now handed to a task (``asyncio.gather``, a
     ``TaskGroup``): it counts as awaited, and the task takes no scope of its own."""
-    if getattr(coro, "cr_code", None) is not operation.__code__:
+    if not made_by(coro, operation):
         return False
-    frame = getattr(coro, "cr_frame", None)
-    op = None if frame is None else frame.f_locals.get("op")
+    op = argument_of(coro, "op")
     if op is not None:
         op.run.async_pass.unawaited.pop(op.step_id, None)
     return True
@@ -124,7 +124,7 @@ def await_for(name: str, timeout: timedelta | float | None = None) -> Coroutine[
     waits.check_event_name(name)
     limit = None if timeout is None else waits.as_delay(timeout, "await_for() timeout")
     frame = durable_async_frame("await_for()", "wait_for()")
-    op = reach(frame, waits.WAIT, waits=True)
+    op = reach(frame, waits.WAIT)
     return issue(lambda: _suspending(frame, waits.waited_for, op, name, limit), op)
 
 
@@ -151,7 +151,7 @@ def result_in_body(
     """The durable wait of ``aresult()`` (``agather()`` if ``many``) reached in the async
     body of ``frame``; outside a body they are ``everystep.waiting.waiters``'."""
     what = "agather()" if many else "aresult()"
-    op = reach(frame, results.GATHER if many else results.RESULT, waits=True)
+    op = reach(frame, results.GATHER if many else results.RESULT)
     ended = _all if many else _first
     return issue(lambda: ended(_in_body(frame, op, ids, limit, what)), op)
 

@@ -1,7 +1,7 @@
 """Executing one step that has no record, and serving one that has: the drain boundary,
 an unsafe step's ``started`` record, the body (in its transaction for an atomic step) and
 its outcome recorded. Shared by a sync body's calls (``everystep.engine.steps``) and an
-async body's (``everystep.engine.async_steps``), which run the same functions.
+async body's (``everystep.engine.asynchronous.async_steps``), which run the same functions.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from django.db import connections
 from django.utils import timezone
 
 from everystep import conf, failure_detail, serde, stored_errors, tracing
-from everystep.engine.crashes import maybe_crash
-from everystep.engine.pass_state import Frame, RunState, current_frame
-from everystep.engine.recorded import Operation, flush, record, served, writing
-from everystep.engine.replay import Decision
+from everystep.engine.core.crashes import maybe_crash
+from everystep.engine.core.pass_state import Frame, RunState, current_frame
+from everystep.engine.core.recorded import Operation, flush, record, served, writing
+from everystep.engine.core.replay import Decision
 from everystep.errors import (
     DrainRequested,
     EffectUncertain,
