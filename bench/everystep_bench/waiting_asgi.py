@@ -1,9 +1,10 @@
 """The ASGI project of ``bench/waiters_held.py``, in one module: its settings
 (``everystep_bench.settings`` with its middleware, plus the URLconf below), its URLconf
-and its views — the two documented ways of waiting in an ASGI view, each reading the ORM
-first, as a view that checks who may see a run does (docs/progress.md's stream,
-docs/async.md's view; the same views as ``tests/integration/waiting_site.py``, which a
-tree from before issue 50 does not have). Served by uvicorn:
+and the views of ``tests/integration/waiting_site.py`` — the two documented ways of
+waiting in an ASGI view, each reading the ORM first, as a view that checks who may see a
+run does (docs/progress.md's stream, docs/async.md's view). The views are the bench's
+code, not the library's: a tree measured with ``--source`` needs none of them. Served by
+uvicorn:
 
     DJANGO_SETTINGS_MODULE=everystep_bench.waiting_asgi \\
         python -m uvicorn --factory django.core.asgi:get_asgi_application
@@ -15,51 +16,8 @@ tree from before issue 50 does not have). Served by uvicorn:
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
-from uuid import UUID
-
-from django.http import Http404, HttpRequest, JsonResponse, StreamingHttpResponse
-from django.urls import path
-
 from everystep_bench.settings import *  # noqa: F403
+from tests.integration.waiting_site import urlpatterns as urlpatterns
 
 ROOT_URLCONF = "everystep_bench.waiting_asgi"
 ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
-WAIT_FOR = 600  # seconds: longer than any phase, so the wait never times out first
-
-
-async def _visible(run_id: UUID) -> None:
-    """The ORM before the wait: the check a real view makes (here only that it exists)."""
-    from everystep.models import Workflow
-
-    if not await Workflow.objects.filter(id=run_id).aexists():
-        raise Http404("no such run")
-
-
-async def stream_view(request: HttpRequest, run_id: UUID) -> StreamingHttpResponse:
-    import everystep
-    from everystep.models import Workflow
-
-    await _visible(run_id)
-
-    async def events() -> AsyncIterator[str]:
-        async for values in everystep.awatch(run_id, timeout=WAIT_FOR):
-            yield f"data: {json.dumps(values)}\n\n"
-        run = await Workflow.objects.aget(id=run_id)
-        yield f"event: end\ndata: {json.dumps({'status': run.status})}\n\n"
-
-    return StreamingHttpResponse(events(), content_type="text/event-stream")
-
-
-async def result_view(request: HttpRequest, run_id: UUID) -> JsonResponse:
-    import everystep
-
-    await _visible(run_id)
-    return JsonResponse({"result": await everystep.aresult(run_id, timeout=WAIT_FOR)})
-
-
-urlpatterns = [
-    path("stream/<uuid:run_id>/", stream_view),
-    path("result/<uuid:run_id>/", result_view),
-]

@@ -24,6 +24,9 @@ from tests.settings import *  # noqa: F403
 
 ROOT_URLCONF = "tests.integration.waiting_site"
 ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+# Seconds: longer than any wait of the test or of bench/waiters_held.py (which serves these
+# views too, from everystep_bench.waiting_asgi), so the wait never times out first.
+WAIT_FOR = 600
 
 
 async def _visible(run_id: UUID) -> None:
@@ -41,7 +44,7 @@ async def stream_view(request: HttpRequest, run_id: UUID) -> StreamingHttpRespon
     await _visible(run_id)
 
     async def events() -> AsyncIterator[str]:
-        async for values in everystep.awatch(run_id, timeout=120):
+        async for values in everystep.awatch(run_id, timeout=WAIT_FOR):
             yield f"data: {json.dumps(values)}\n\n"
         run = await Workflow.objects.aget(id=run_id)
         yield f"event: end\ndata: {json.dumps({'status': run.status})}\n\n"
@@ -53,7 +56,7 @@ async def result_view(request: HttpRequest, run_id: UUID) -> JsonResponse:
     import everystep
 
     await _visible(run_id)
-    return JsonResponse({"result": await everystep.aresult(run_id, timeout=120)})
+    return JsonResponse({"result": await everystep.aresult(run_id, timeout=WAIT_FOR)})
 
 
 urlpatterns = [
