@@ -53,13 +53,20 @@ def worker_command(name: str, args: list[str]) -> list[str]:
 def worker_process(name: str, args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A real worker subprocess (``worker_command``) writing to ``log`` while the block
     runs; then stopped with SIGTERM (killed if it has not exited within a minute)."""
+    with running(worker_command(name, args), log) as proc:
+        yield proc
+
+
+@contextmanager
+def running(
+    command: list[str], log: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``command`` as a subprocess against the test database (``worker_env``, or ``env``),
+    writing to ``log`` while the block runs; then stopped with SIGTERM (killed if it has
+    not exited within a minute)."""
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            worker_command(name, args),
-            cwd=ROOT,
-            env=worker_env(),
-            stdout=out,
-            stderr=subprocess.STDOUT,
+            command, cwd=ROOT, env=env or worker_env(), stdout=out, stderr=subprocess.STDOUT
         )
         try:
             yield proc
@@ -70,6 +77,23 @@ def worker_process(name: str, args: list[str], log: Path) -> Iterator[subprocess
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=30)
+
+
+def uvicorn_command(port: int) -> list[str]:
+    """uvicorn serving the ASGI application of ``DJANGO_SETTINGS_MODULE`` on ``port``."""
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "django.core.asgi:get_asgi_application",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
 
 
 def manage(

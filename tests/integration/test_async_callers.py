@@ -9,10 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -36,7 +33,7 @@ from everystep.testing import run_due
 from everystep.waiting.waiters import current_hub
 from tests import pgadmin
 from tests.testapp import composition as cw
-from tests.workers import ROOT, worker_command, worker_env
+from tests.workers import running, uvicorn_command, worker_command
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -108,29 +105,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@contextlib.contextmanager
-def started(command: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """``command`` as a subprocess against the test database, stopped on exit."""
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            command, cwd=ROOT, env=worker_env(), stdout=out, stderr=subprocess.STDOUT
-        )
-        try:
-            yield proc
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
-
-
 @pytest.fixture
 def worker(tmp_path: Path) -> Iterator[str]:
     """A real worker subprocess (``everystep_worker``) for the test; its name."""
     command = worker_command("async-callers", ["--pool", "8", "--poll", "0.05"])
-    with started(command, tmp_path / "worker.log"):
+    with running(command, tmp_path / "worker.log"):
         yield "async-callers"
 
 
@@ -178,20 +157,7 @@ def test_async_views_served_by_uvicorn_await_their_runs(worker, tmp_path):
     """Under uvicorn, concurrent requests to async views each schedule runs and answer
     with their results once the worker has run them."""
     port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "--factory",
-        "django.core.asgi:get_asgi_application",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    ]
-    with started(command, tmp_path / "uvicorn.log") as server:
+    with running(uvicorn_command(port), tmp_path / "uvicorn.log") as server:
 
         def answering() -> bool:
             assert server.poll() is None, (tmp_path / "uvicorn.log").read_text()

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import socket
 import subprocess
-import sys
 import urllib.request
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -24,46 +21,17 @@ from everystep.models import Workflow
 from everystep.testing import run_due
 from tests.integration.test_async_callers import database_sessions, free_port, hub_idle, until
 from tests.testapp import composition as cw
-from tests.workers import ROOT, worker_env
+from tests.workers import running, uvicorn_command, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 STREAMS = RESULTS = 12
 
 
-def uvicorn_command(port: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "--factory",
-        "django.core.asgi:get_asgi_application",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    ]
-
-
-@contextlib.contextmanager
-def uvicorn(port: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def uvicorn(port: int, log: Path) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
     """uvicorn serving ``waiting_site`` against the test database, stopped on exit."""
     env = {**worker_env(), "DJANGO_SETTINGS_MODULE": "tests.integration.waiting_site"}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            uvicorn_command(port), cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
-        )
-        try:
-            yield proc
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
+    return running(uvicorn_command(port), log, env)
 
 
 @pytest.mark.backends("postgres")
