@@ -183,3 +183,10 @@ def register_task(task: Any) -> None:
 def registered_task(name: str) -> Any:
     """The ``Task`` an everystep backend validated under ``name`` in this process, or None."""
     return _tasks.get(name)
+
+
+def registered_task_functions() -> list[Callable[..., Any]]:
+    """The functions of every ``Task`` recorded so (``everystep.stored_types`` reads the
+    types their code names)."""
+    with _lock:
+        return [task.func for task in _tasks.values()]

@@ -9,11 +9,11 @@ class this process already holds because its code declared it:
 - every Enum class and exception type this process encodes (``remember``);
 - ``everystep.errors``' classes and the builtins' exception classes;
 - classes registered with ``everystep.register_type``;
-- on a miss, the Enum and exception classes the registered ``@workflow`` and ``@step``
-  functions name (their annotations and the global names their code uses, one attribute
-  deep, the plain functions of their own module they call included), and the loaded
-  subclasses of those exception types. The scan is redone only for functions registered
-  since the last one.
+- on a miss, the Enum and exception classes the registered ``@workflow``, ``@step``
+  and Django ``@task`` (on everystep's backend) functions name (their annotations and
+  the global names their code uses, one attribute deep, the plain functions of their own
+  module they call included), and the loaded subclasses of those exception types. The
+  scan is redone only for functions registered since the last one.
 
 A name with a ``__main__`` part never resolves: the same name means a different module
 in every process. This module imports nothing of Django, and of the project only
@@ -171,6 +171,7 @@ def _registered_functions() -> list[Callable[..., Any]]:
             defn = registry.lookup(name)
             if defn is not None:
                 found.append(defn.fn)
+        found.extend(registry.registered_task_functions())  # a Django @task's body
     return found
 
 

@@ -132,3 +132,12 @@ def test_result_of_a_run_whose_stored_result_or_error_names_an_unknown_type() ->
     with pytest.raises(StepFailure) as info:
         everystep.result(done)
     assert info.value.original_type == f"{MARKER_MODULE}.Planted"
+
+
+def test_an_enum_a_task_function_names_is_rebuilt_from_a_row() -> None:
+    """A class named only by a Django @task's annotation is allowed: the scan reads task
+    functions as it reads workflows and steps (a worker after a restart needs it)."""
+    from everystep import stored_types
+    from tests.testapp import tasks
+
+    assert stored_types.resolve_enum(qualified_name(tasks.Tier)) is tasks.Tier

@@ -4,6 +4,7 @@ body logs an ``Execution`` row, so tests count executions across worker processe
 
 from __future__ import annotations
 
+import enum
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,18 @@ except ImportError:  # Django 5.2: the backport
 @task
 def add(a: int, b: int, *, scale: int = 1) -> int:
     return (a + b) * scale
+
+
+class Tier(enum.Enum):
+    """Named only by a task's annotation: a worker rebuilds it from a task run's stored
+    arguments because the task names it (``everystep.stored_types``)."""
+
+    GOLD = "gold"
+
+
+@task
+def tiered(tier: Tier) -> str:
+    return f"{tier.name}"
 
 
 @task
