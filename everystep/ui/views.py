@@ -243,8 +243,8 @@ def _task_context(found: Workflow) -> dict[str, Any]:
             attempts.append({"worker": worker, "at": at})
     context: dict[str, Any] = {"task": {"queue": found.queue, "attempts": attempts}}
     # Split as stored (serde's tagged form, as every other value on the page is shown),
-    # not decoded as task_runs.stored_call does: decoding imports the class an enum tag
-    # names, and a page view imports nothing a row names.
+    # not decoded as task_runs.stored_call does: the page shows what the row holds, not
+    # what this process can rebuild of it.
     split = split_call(found.args)
     if split is not None:
         context["args_json"] = _pretty(split[0])
