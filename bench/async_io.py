@@ -437,10 +437,17 @@ def free_port() -> int:
 
 
 class Uvicorn:
-    """One ``uvicorn`` process of ``--source`` serving ``async_asgi.py``, logging to a file."""
+    """One ``uvicorn`` process of ``--source`` serving ``settings``' project (this bench's
+    ``async_asgi.py`` unless told otherwise), logging to a file."""
 
     def __init__(
-        self, source: Path, log_path: Path, log_level: str, backlog: int, conn_max_age: str
+        self,
+        source: Path,
+        log_path: Path,
+        log_level: str,
+        backlog: int,
+        conn_max_age: str,
+        settings: str = ASGI_SETTINGS,
     ) -> None:
         self.port = free_port()
         self.log_path = log_path
@@ -460,7 +467,7 @@ class Uvicorn:
             "warning",
             "--no-access-log",
         ]
-        extra = {"DJANGO_SETTINGS_MODULE": ASGI_SETTINGS, **options.conn_max_age_env(conn_max_age)}
+        extra = {"DJANGO_SETTINGS_MODULE": settings, **options.conn_max_age_env(conn_max_age)}
         env = worker_env(source, log_level, extra)
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(

@@ -45,11 +45,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import async_io
+from async_io import free_port
 from harness import options, runs
 from harness.cpu import wait_quiet
 from harness.results import print_header, print_problems
 from harness.session import ROOT, Session, run_benchmark
-from harness.workers import worker_env
 
 SETTINGS = "everystep_bench.waiting_asgi"
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -125,46 +126,12 @@ class OwnServer:
 # -- uvicorn and the requests ---------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Uvicorn:
-    """One uvicorn process of ``--source`` serving ``waiting_asgi``, logging to a file."""
+class Uvicorn(async_io.Uvicorn):
+    """One uvicorn process of ``--source`` serving ``waiting_asgi``, logging to a file,
+    with ``CONN_MAX_AGE`` 0 (Django's default, advised under ASGI)."""
 
     def __init__(self, source: Path, log_path: Path, log_level: str) -> None:
-        self.port = free_port()
-        self.log_path = log_path
-        command = [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "--factory",
-            "django.core.asgi:get_asgi_application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--backlog",
-            "2048",
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ]
-        env = worker_env(source, log_level, {"DJANGO_SETTINGS_MODULE": SETTINGS})
-        env["EVERYSTEP_TEST_CONN_MAX_AGE"] = "0"  # Django's default, advised under ASGI
-        with open(log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                command, cwd=source, env=env, stdout=log, stderr=subprocess.STDOUT
-            )
-        self.pid = self.proc.pid
-
-    def check_alive(self) -> None:
-        if self.proc.poll() is not None:
-            tail = self.log_path.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"uvicorn exited with {self.proc.returncode}:\n{tail}")
+        super().__init__(source, log_path, log_level, 2048, "0", settings=SETTINGS)
 
     def wait_listening(self) -> None:
         def listening() -> bool:
@@ -179,16 +146,7 @@ class Uvicorn:
                 return int(line.split()[1])
         return None
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-
-    def problems(self) -> Counter[str]:
+    def error_lines(self) -> Counter[str]:
         """Its log's error lines, by their text (tracebacks' last lines)."""
         lines = self.log_path.read_text(errors="replace").splitlines()
         return Counter(line.strip()[:160] for line in lines if "Error:" in line)
@@ -354,7 +312,7 @@ def phase(args: argparse.Namespace, run: Session, n: int) -> dict[str, Any]:
         "answered_before_the_end": answered_early,
         **held,
         **outcome(answers),
-        "uvicorn_errors": dict(uvicorn.problems().most_common(5)),
+        "uvicorn_errors": dict(uvicorn.error_lines().most_common(5)),
         "quiet": quiet,
     }
 
