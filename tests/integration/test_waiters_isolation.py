@@ -20,6 +20,7 @@ from everystep.models import Workflow
 from everystep.store import published
 from everystep.testing import run_due
 from everystep.waiting import hub as hub_module
+from tests.integration.test_async_callers import on_a_thread
 from tests.testapp import composition as cw
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,16 +32,7 @@ UNREADABLE = {serde.TAG: "datetime", "v": "not a date"}
 def on_a_bare_loop(coro: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
     """``asyncio.run(coro())`` on a thread of its own (as an ASGI server's loop, not
     one of ``async_to_sync``); its result, or its exception raised here."""
-    outcome: list[Any] = []
-
-    def main() -> None:
-        try:
-            outcome.append(asyncio.run(coro()))
-        except BaseException as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=main)
-    thread.start()
+    thread, outcome = on_a_thread(coro)
     thread.join(120)
     assert outcome, "the loop did not finish"
     if isinstance(outcome[0], BaseException):
