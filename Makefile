@@ -24,6 +24,12 @@ VENV_NEXT ?= .venv-django6
 # The manifest and Dockerfile checkers live in a venv of their own: checkov pins many
 # dependencies that must not move the project's. Changing a pin reinstalls them.
 VENV_TOOLS ?= .venv-tools
+# The long tiers run on this many pytest workers (pytest-xdist), each with a database of
+# its own on the same server: the suite mostly waits on worker subprocesses, so 4 keep a
+# 2-core machine busy. A test that stops the server runs alone (tests/exclusive.py).
+# TEST_JOBS=0 runs them in one process.
+TEST_JOBS ?= 4
+PYTEST_PARALLEL := $(BIN)/pytest -n $(TEST_JOBS)
 TOOLS := checkov==3.3.30 kubernetes-validate==1.37.0
 K8S_VERSION ?= 1.37.0
 
@@ -83,51 +89,36 @@ integration: install-dev
 		debug=0; case " $(DEBUG_DATABASES) " in *" $$db "*) debug=1;; esac; \
 		echo "== integration tests on $$db (DEBUG=$$debug)"; \
 		EVERYSTEP_TEST_DB=$$db EVERYSTEP_TEST_DEBUG=$$debug \
-			$(BIN)/pytest tests/integration tests/acceptance || exit 1; \
+			$(PYTEST_PARALLEL) tests/integration tests/acceptance || exit 1; \
 	done
+
+# The tiers below run again, under their configuration, the tests marked
+# tiers("modes"), tiers("pooler") or tiers("several") (pytest --tier NAME, tests/conftest.py).
+RETESTED := tests/integration tests/acceptance
 
 # The modes of users' projects on every database: the time and worker tests with
 # DEBUG = True, USE_TZ = False (naive local times in the database) and a zone far from UTC.
 MODES_ENV := EVERYSTEP_TEST_DEBUG=1 EVERYSTEP_TEST_USE_TZ=0 EVERYSTEP_TEST_TIME_ZONE=America/New_York
-MODES_TESTS := tests/integration/test_waits.py tests/integration/test_waits_ops.py \
-	tests/integration/test_testing_clock.py tests/integration/test_worker_embedded.py \
-	tests/integration/test_debug_mode.py tests/integration/test_composition.py \
-	tests/integration/test_tasks.py tests/acceptance/test_tasks_worker.py \
-	tests/integration/test_async_bodies.py tests/acceptance/test_async_worker.py \
-	tests/acceptance/test_waits_worker.py \
-	tests/acceptance/test_worker.py tests/acceptance/test_modes_worker.py
 modes: install-dev
 	@for db in $(DATABASES); do \
 		echo "== DEBUG, USE_TZ = False, America/New_York on $$db"; \
-		EVERYSTEP_TEST_DB=$$db $(MODES_ENV) $(BIN)/pytest $(MODES_TESTS) || exit 1; \
+		EVERYSTEP_TEST_DB=$$db $(MODES_ENV) $(PYTEST_PARALLEL) --tier modes $(RETESTED) || exit 1; \
 	done
 
 # The PostgreSQL worker and acceptance tests once more through PgBouncer in transaction mode
 # (.ci/pgbouncer start: 127.0.0.1:6432, as .ci/run does), with LISTEN over a direct alias;
 # and that a worker there leaves the hot path unprepared (a pooled session is not its own).
-POOLER_TESTS := tests/acceptance tests/integration/test_worker_embedded.py \
-	tests/integration/test_worker_resilience.py \
-	tests/integration/test_prepared_statements.py::test_a_worker_confirms_a_direct_session_and_never_a_pooled_one \
-	tests/integration/test_async_callers.py::test_async_views_served_by_uvicorn_await_their_runs \
-	tests/integration/test_async_callers.py::test_200_waiters_on_postgresql_hold_a_handful_of_connections_and_all_wake
 pgbouncer: install-dev
 	@pg_isready -q -h 127.0.0.1 -p 6432 || { echo "pgbouncer: nothing on 127.0.0.1:6432; run .ci/pgbouncer start"; exit 1; }
-	EVERYSTEP_TEST_DB=postgres EVERYSTEP_TEST_PGBOUNCER=1 $(BIN)/pytest $(POOLER_TESTS)
+	EVERYSTEP_TEST_DB=postgres EVERYSTEP_TEST_PGBOUNCER=1 $(PYTEST_PARALLEL) --tier pooler $(RETESTED)
 
 # A project with several databases (issue 22): everystep in "jobs", the project in "default"
 # and a router sending everystep's reads to a replica and its writes to "default"
 # (tests/settings.py, EVERYSTEP_TEST_ALIAS): the engine, the UI, commands, real workers.
-SEVERAL_TESTS := tests/integration/test_several_databases.py tests/integration/test_engine.py \
-	tests/integration/test_ui.py tests/integration/test_ui_actions.py \
-	tests/integration/test_ops_commands.py tests/integration/test_cancel.py \
-	tests/integration/test_composition.py \
-	tests/acceptance/test_worker.py::test_three_workers_share_300_runs_exclusively \
-	tests/acceptance/test_worker.py::test_sigterm_finishes_the_step_then_requeues \
-	tests/acceptance/test_worker.py::test_idle_worker_wakes_on_notify
 several-databases: install-dev
 	@for db in sqlite postgres; do \
 		echo "== several databases on $$db"; \
-		EVERYSTEP_TEST_DB=$$db EVERYSTEP_TEST_ALIAS=jobs $(BIN)/pytest $(SEVERAL_TESTS) || exit 1; \
+		EVERYSTEP_TEST_DB=$$db EVERYSTEP_TEST_ALIAS=jobs $(PYTEST_PARALLEL) --tier several $(RETESTED) || exit 1; \
 	done
 
 # Dirty network faults between workers and their database (issue 37), on PostgreSQL and
@@ -154,7 +145,7 @@ compat:
 		-e ./image
 	$(VENV_NEXT)/bin/python -c "import django; print('Django', django.__version__)"
 	EVERYSTEP_TEST_DB=sqlite EVERYSTEP_TEST_USE_TZ=0 EVERYSTEP_TEST_SQLITE_DEFAULT_TXN=1 \
-		$(VENV_NEXT)/bin/pytest tests/unit tests/integration tests/acceptance
+		$(VENV_NEXT)/bin/pytest -n $(TEST_JOBS) tests/unit tests/integration tests/acceptance
 	# The quickstart followed once more with this Python, so Django 6 from the index.
 	$(VENV_NEXT)/bin/pytest tests/packaging/test_quickstart_wheel.py
 

@@ -8,6 +8,22 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
+def _room(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Under pytest-xdist, a test marked ``exclusive`` runs with no other test beside it
+    (tests/exclusive.py)."""
+    from tests.exclusive import room
+
+    with room(alone=request.node.get_closest_marker("exclusive") is not None):
+        yield
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings_xdist_suffix() -> None:
+    """tests/settings.py names each pytest-xdist worker's database itself (its worker
+    subprocesses must find it): pytest-django's suffix would be a second one."""
+
+
+@pytest.fixture(autouse=True)
 def _hermetic_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never see a developer's EVERYSTEP_* configuration (test DB coordinates aside)."""
     for key in list(os.environ):
@@ -98,11 +114,28 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--tier",
+        help="only the tests marked tiers(NAME): what a tier of `make test` runs again",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "backends(*names): only meaningful on these databases (sqlite, postgres, mariadb); "
         "deselected, not skipped, on the others",
+    )
+    config.addinivalue_line(
+        "markers",
+        "tiers(*names): the tiers of `make test` that run this test once more under their "
+        "configuration (modes, pooler, several); `pytest --tier NAME` selects them",
+    )
+    config.addinivalue_line(
+        "markers",
+        "exclusive: stops or restarts the database server; under pytest-xdist it runs with "
+        "no other test beside it (tests/exclusive.py)",
     )
     config.addinivalue_line(
         "markers",
@@ -113,14 +146,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests of a database-specific feature (NOTIFY, a server restart) are deselected on
-    the other backends, so that a skip always means something is missing."""
+    the other backends, so that a skip always means something is missing; under
+    ``--tier NAME``, so is every test not marked ``tiers(NAME)``."""
     _allow_everystep_alias(items)
     backend = os.environ.get("EVERYSTEP_TEST_DB", "sqlite")
+    tier = config.getoption("--tier")
     keep, drop = [], []
     for item in items:
         marker = item.get_closest_marker("backends")
         several = item.get_closest_marker("several_databases") is not None
         wanted = not several or bool(os.environ.get("EVERYSTEP_TEST_ALIAS"))
+        if tier is not None:
+            wanted = wanted and any(tier in m.args for m in item.iter_markers("tiers"))
         (keep if wanted and (marker is None or backend in marker.args) else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)

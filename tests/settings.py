@@ -24,6 +24,11 @@ DATABASES: dict[str, dict[str, Any]]
 # test database as the pytest process that created it.
 SUFFIX = os.environ.setdefault("EVERYSTEP_TEST_DB_SUFFIX", uuid.uuid4().hex[:10])
 TEST_DB_NAME = f"everystep_test_{SUFFIX}"
+# Under pytest-xdist (`make test` runs the long tiers with -n) each pytest worker has a
+# database of its own; its worker subprocesses inherit PYTEST_XDIST_WORKER and so find it.
+# tests/conftest.py keeps pytest-django from adding the same suffix a second time.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    TEST_DB_NAME += f"_{os.environ['PYTEST_XDIST_WORKER']}"
 
 if BACKEND == "sqlite":
     _dir = os.environ.setdefault(

@@ -16,7 +16,7 @@ from tests.acceptance.conftest import wait_until
 from tests.testapp import async_workflows as aw
 from tests.testapp.models import Execution
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("modes", "pooler")]
 
 FAST = ("--poll", "0.1")
 

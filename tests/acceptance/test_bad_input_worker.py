@@ -14,7 +14,7 @@ from tests.acceptance.conftest import wait_until
 from tests.testapp import bad_workflows as bad
 from tests.testapp import workflows as wf
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("pooler")]
 
 FAST = ("--poll", "0.05", "--orphan-timeout", "0")
 

@@ -18,7 +18,7 @@ from everystep.models import Workflow
 from tests.acceptance.conftest import WorkerProcess, database_server, wait_until
 from tests.testapp import chaos, chaos_checks
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("pooler")]
 
 RUNS = 300  # scheduled in batches, one before each disturbance: the victim has work
 PAUSE = 0.01  # seconds each step body sleeps, so a kill often lands inside one
@@ -136,6 +136,7 @@ class Fleet:
         return "".join(found)
 
 
+@pytest.mark.exclusive  # restarts the database server (PostgreSQL, MariaDB)
 def test_chaos_keeps_every_invariant(workers):
     """Through kills (and, with a server, a freeze and a restart) every run reaches its
     known outcome, no step is recorded twice, and only steps in flight at an

@@ -11,6 +11,8 @@ from django.core.management import CommandError, get_commands, load_command_clas
 
 from tests.workers import manage, worker_env
 
+pytestmark = pytest.mark.tiers("pooler")
+
 UNKNOWN = "01a22f98-917e-79a0-9268-3f7c8434cff5"
 
 # Each everystep command with the arguments it needs to parse, then an abbreviation of

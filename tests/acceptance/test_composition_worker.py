@@ -14,7 +14,7 @@ from tests.acceptance.conftest import wait_until
 from tests.testapp import composition as cw
 from tests.testapp.models import Execution
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("pooler")]
 
 FAST = ("--poll", "0.1")
 

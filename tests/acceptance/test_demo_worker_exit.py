@@ -18,6 +18,8 @@ import pytest
 from tests.acceptance.conftest import free_port, wait_until
 from tests.workers import ROOT
 
+pytestmark = pytest.mark.tiers("pooler")
+
 
 class Demo:
     """``python -m everystep_runner demo`` in its own session, with its output in a file."""

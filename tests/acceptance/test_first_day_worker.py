@@ -17,7 +17,7 @@ from tests import workers
 from tests.acceptance.conftest import wait_until
 from tests.workers import worker_env
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("pooler")]
 
 FLOWS = """\
 from everystep import workflow

@@ -18,7 +18,7 @@ from django.db import connection
 from tests.acceptance.conftest import wait_until
 from tests.workers import manage, worker_env
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("pooler")]
 
 SETTINGS = """\
 import os

@@ -13,7 +13,7 @@ from tests.acceptance.conftest import wait_until
 from tests.testapp import wait_workflows as ww
 from tests.testapp import workflows as wf
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("modes", "pooler")]
 
 DEBUG = {"EVERYSTEP_TEST_DEBUG": "1"}
 

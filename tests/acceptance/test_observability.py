@@ -16,7 +16,7 @@ from tests.acceptance.conftest import database_server, free_port, http_get, wait
 from tests.testapp import workflows as wf
 from tests.testapp.models import Execution
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("pooler")]
 
 WF = "tests.testapp.workflows."
 
@@ -163,6 +163,7 @@ def test_readiness_turns_unready_while_draining(workers):
 
 
 @pytest.mark.backends("postgres", "mariadb")
+@pytest.mark.exclusive
 def test_readiness_follows_the_database(workers):
     """Readiness is 503 while the database is down and 200 again once it is back."""
     port = free_port()

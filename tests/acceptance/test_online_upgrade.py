@@ -34,7 +34,7 @@ from tests.upgrade_load import (
 )
 from tests.workers import ROOT, worker_env
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("pooler")]
 
 # Enough that a plain CREATE INDEX blocks writes for a noticeable time (~0.3 s per index
 # on PostgreSQL here), little enough for a test that takes well under a minute.

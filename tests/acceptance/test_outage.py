@@ -21,7 +21,12 @@ from tests.acceptance.conftest import database_server, wait_until
 from tests.testapp import workflows as wf
 from tests.workers import ROOT, worker_env
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# The server stops, or the SQLite directory every pytest worker shares moves away.
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.exclusive,
+    pytest.mark.tiers("pooler"),
+]
 
 
 @contextmanager

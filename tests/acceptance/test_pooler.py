@@ -24,7 +24,11 @@ from tests.acceptance.conftest import wait_until
 from tests.testapp import workflows as wf
 from tests.workers import ROOT, worker_env
 
-pytestmark = [pytest.mark.backends("postgres"), pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.backends("postgres"),
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.tiers("pooler"),
+]
 
 PORT = "6432"
 # psql on PgBouncer's admin console: unaligned rows, fields split by a space.

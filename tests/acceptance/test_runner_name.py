@@ -25,7 +25,7 @@ from tests.testapp import workflows as wf
 from tests.testapp.models import Execution
 from tests.workers import ROOT
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("pooler")]
 
 FAST = ("--poll", "0.05")
 # The holder beats five times a second; the newcomer, judging by its own heartbeat, waits

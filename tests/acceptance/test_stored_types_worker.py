@@ -19,7 +19,7 @@ from everystep.serde import qualified_name
 from tests.acceptance.conftest import wait_until
 from tests.testapp import typed_workflows as typed
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("pooler")]
 
 FAST = ("--poll", "0.05", "--orphan-timeout", "0")
 MARKER_MODULE = "tests.testapp.import_marker"

@@ -25,7 +25,7 @@ try:  # Django 6
 except ImportError:  # Django 5.2: the backport
     from django_tasks import TaskResultStatus  # type: ignore[no-redef]
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("pooler")]
 
 FAST = ("--poll", "0.1")
 

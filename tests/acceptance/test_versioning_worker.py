@@ -17,7 +17,7 @@ from tests.testapp import versioned as v
 from tests.testapp.models import Execution
 from tests.workers import ROOT, worker_env
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("pooler")]
 
 FAST = ("--poll", "0.1")
 

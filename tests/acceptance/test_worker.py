@@ -17,7 +17,7 @@ from tests.acceptance.conftest import database_server, wait_until
 from tests.testapp import workflows as wf
 from tests.testapp.models import Execution
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("modes", "pooler")]
 
 FAST = ("--poll", "0.05")
 
@@ -43,6 +43,7 @@ def max_overlap(intervals: list[tuple[object, object]]) -> int:
     return peak
 
 
+@pytest.mark.tiers("several")
 def test_three_workers_share_300_runs_exclusively(workers):
     """3 workers x 300 runs: all complete, no step twice, no run in two workers, pool bound."""
     runs = [schedule(wf.three_steps, i) for i in range(300)]
@@ -77,6 +78,7 @@ def test_three_workers_share_300_runs_exclusively(workers):
     assert not Runner.objects.exists(), "a clean shutdown removes the heartbeat row"
 
 
+@pytest.mark.tiers("several")
 def test_sigterm_finishes_the_step_then_requeues(workers):
     """SIGTERM mid-step: the step is recorded, the run requeued, the worker exits 0."""
     run = schedule(wf.slow, 3)
@@ -207,6 +209,7 @@ def _completed_count() -> int:
 
 
 @pytest.mark.backends("postgres", "mariadb")
+@pytest.mark.exclusive
 def test_workers_survive_a_database_restart(workers):
     """The database server restarts with runs in flight: no worker dies, every run completes."""
     runs = [schedule(wf.slow, 1.5) for _ in range(6)]
@@ -228,6 +231,7 @@ def test_workers_survive_a_database_restart(workers):
 
 @pytest.mark.backends("postgres")
 @pytest.mark.parametrize("notify", [True, False])
+@pytest.mark.tiers("several")
 def test_idle_worker_wakes_on_notify(workers, notify):
     """With NOTIFY a run scheduled into an idle worker starts long before the next poll;
     without it, polling still picks it up."""

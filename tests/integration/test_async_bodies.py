@@ -22,7 +22,7 @@ from tests.testapp import async_workflows as aw
 from tests.testapp.models import Execution
 from tests.workers import worker_on_thread
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("modes")]
 
 
 def fresh(run: Workflow) -> Workflow:

@@ -153,6 +153,7 @@ def test_a_ticker_on_the_same_loop_keeps_ticking_while_aresult_waits():
     assert at_answer >= 20
 
 
+@pytest.mark.tiers("pooler")
 def test_async_views_served_by_uvicorn_await_their_runs(worker, tmp_path):
     """Under uvicorn, concurrent requests to async views each schedule runs and answer
     with their results once the worker has run them."""
@@ -449,6 +450,7 @@ def on_a_thread_result(coro: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
 
 
 @pytest.mark.backends("postgres")
+@pytest.mark.tiers("pooler")
 def test_200_waiters_on_postgresql_hold_a_handful_of_connections_and_all_wake():
     """200 concurrent ``aresult`` waiters in one process hold at most five connections
     more than before them (one LISTEN among them), and all wake when their runs end."""

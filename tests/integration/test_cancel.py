@@ -10,7 +10,7 @@ from everystep.models import Step, Workflow
 from everystep.testing import run_due
 from tests.testapp import workflows as wf
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("several")]
 
 
 def test_cancel_a_scheduled_run_means_it_never_runs():

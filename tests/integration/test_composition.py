@@ -29,7 +29,7 @@ from everystep.testing import crash_at, deployed, run_due
 from tests.testapp import composition as cw
 from tests.testapp.models import Execution
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("modes", "several")]
 
 
 def fresh(run: Workflow) -> Workflow:

@@ -24,7 +24,7 @@ from everystep.models import Step, Workflow
 from everystep.testing import run_due
 from tests.testapp import workflows
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("modes")]
 
 
 def step_records(queries: list[dict[str, Any]]) -> list[str]:

@@ -9,7 +9,7 @@ from everystep.models import Step, Workflow
 from everystep.testing import crash_after, run_due
 from tests.testapp import workflows as wf
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("several")]
 
 
 def steps_of(run: Workflow) -> dict[str, Step]:

@@ -13,7 +13,7 @@ from django.utils import timezone
 from everystep.models import FINAL_STATUSES, Step, Workflow
 from everystep.store.prune import prune_batch
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("several")]
 
 WF = "tests.testapp.workflows.payment"
 

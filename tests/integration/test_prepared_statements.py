@@ -105,6 +105,7 @@ def test_a_prepared_hot_path_survives_a_reconnect():
 
 @pytest.mark.backends("postgres")
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.tiers("pooler")
 def test_a_worker_confirms_a_direct_session_and_never_a_pooled_one():
     """Directly connected, the worker's LISTEN probe confirms its alias keeps a session;
     through PgBouncer in transaction mode it must not (LISTEN goes over another alias,

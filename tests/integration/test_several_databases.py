@@ -27,6 +27,7 @@ from tests.testapp import workflows as wf
 pytestmark = [
     pytest.mark.several_databases,
     pytest.mark.django_db(transaction=True, databases=["default", "jobs", "replica"]),
+    pytest.mark.tiers("several"),
 ]
 
 

@@ -37,7 +37,7 @@ except ImportError:  # Django 5.2: the backport
 # The released backport (0.12) still names these InvalidTaskError / InvalidTaskBackendError.
 InvalidTask = getattr(exceptions, "InvalidTask", None) or exceptions.InvalidTaskError
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("modes")]
 
 RUNNER = "everystep-testing"  # run_due()'s runner name
 

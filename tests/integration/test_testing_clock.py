@@ -21,7 +21,7 @@ from everystep.times import project_time
 from tests.testapp import wait_workflows as ww
 from tests.testapp.models import Execution
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("modes")]
 
 DAY = timedelta(days=1)
 

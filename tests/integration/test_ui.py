@@ -17,7 +17,7 @@ from everystep.testing import run_due
 from tests.staff import staff_user
 from tests.testapp import workflows
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("several")]
 
 PAGES = ["everystep:runs", "everystep:runners", "everystep:audit"]
 

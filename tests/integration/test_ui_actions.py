@@ -22,7 +22,7 @@ from everystep.testing import run_due
 from tests.staff import staff_user
 from tests.testapp import workflows as wf
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("several")]
 
 
 def staff(*perms: str, name: str = "operator") -> User:

@@ -20,7 +20,7 @@ from everystep.testing import run_due
 from tests.testapp import wait_workflows as ww
 from tests.testapp.models import Execution
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("modes")]
 
 
 def fresh(run: Workflow) -> Workflow:

@@ -25,7 +25,7 @@ from tests.staff import staff_user
 from tests.testapp import wait_workflows as ww
 from tests.workers import ROOT, worker_env
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("modes")]
 
 MEGABYTE = "x" * (1 << 20)
 UNKNOWN = "01a22f98-917e-79a0-9268-3f7c8434cff5"

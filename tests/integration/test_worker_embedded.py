@@ -25,7 +25,7 @@ from everystep.store.claims import claim_due
 from tests.testapp import workflows as wf
 from tests.workers import WorkerThread, worker_on_thread
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("modes", "pooler")]
 
 
 def wait_for(predicate, timeout: float = 60) -> None:

@@ -30,7 +30,7 @@ from tests.integration.test_worker_embedded import all_final, wait_for
 from tests.testapp import workflows as wf
 from tests.workers import worker_on_thread
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("pooler")]
 
 
 @pytest.fixture

@@ -68,7 +68,7 @@ def database_env(suffix: str, port: int) -> dict[str, str]:
     """The environment of a ``manage.py`` subprocess (a worker, a migrate) that uses the
     test database ``everystep_test_<suffix>`` on 127.0.0.1:``port`` (tests/settings.py)."""
     env = worker_env()
-    for key in ("EVERYSTEP_TEST_PGBOUNCER", "EVERYSTEP_TEST_ALIAS"):
+    for key in ("EVERYSTEP_TEST_PGBOUNCER", "EVERYSTEP_TEST_ALIAS", "PYTEST_XDIST_WORKER"):
         env.pop(key, None)
     env.update(
         EVERYSTEP_TEST_DB="postgres",
