@@ -1,5 +1,7 @@
 # One entry point for humans and CI. `make demo` runs the product; `make test` runs
 # everything CI runs (lint, types, migrations check, the suite on every database).
+# bash: the lanes of `make test` read a pipe's first status (PIPESTATUS).
+SHELL := bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -29,7 +31,7 @@ VENV_TOOLS ?= .venv-tools
 # 2-core machine busy. A test that stops the server runs alone (tests/exclusive.py).
 # TEST_JOBS=0 runs them in one process.
 TEST_JOBS ?= 4
-PYTEST_PARALLEL := $(BIN)/pytest -n $(TEST_JOBS)
+PYTEST_PARALLEL := $(BIN)/pytest -n $(TEST_JOBS) --dist worksteal
 TOOLS := checkov==3.3.30 kubernetes-validate==1.37.0
 K8S_VERSION ?= 1.37.0
 
@@ -73,7 +75,7 @@ unit: install-dev
 # SQLite (it restarts database servers), netfaults.py its latency scenario only (the others
 # need root network namespaces); bench/peers/ is left out (venvs of other projects).
 bench-smoke: install-dev
-	$(BIN)/pytest tests/bench
+	$(PYTEST_PARALLEL) tests/bench
 
 # The distributions as a user gets them: sdist and wheel of the library and the runner built
 # and checked (twine check --strict), then docs/quickstart.md followed in a new virtualenv
@@ -136,7 +138,7 @@ netfaults: install-dev
 # axe-core (the accessibility rules the tests inject) from tests/browser's lockfile.
 browser: install-dev
 	cd tests/browser && npm ci --no-audit --no-fund
-	$(BIN)/pytest tests/browser
+	$(BIN)/pytest -n 2 tests/browser
 
 compat:
 	@test -n "$(PYTHON_NEXT)" || { echo "compat: no Python >= 3.12 found; set PYTHON_NEXT"; exit 1; }
@@ -145,7 +147,7 @@ compat:
 		-e ./image
 	$(VENV_NEXT)/bin/python -c "import django; print('Django', django.__version__)"
 	EVERYSTEP_TEST_DB=sqlite EVERYSTEP_TEST_USE_TZ=0 EVERYSTEP_TEST_SQLITE_DEFAULT_TXN=1 \
-		$(VENV_NEXT)/bin/pytest -n $(TEST_JOBS) tests/unit tests/integration tests/acceptance
+		$(VENV_NEXT)/bin/pytest -n $(TEST_JOBS) --dist worksteal tests/unit tests/integration tests/acceptance
 	# The quickstart followed once more with this Python, so Django 6 from the index.
 	$(VENV_NEXT)/bin/pytest tests/packaging/test_quickstart_wheel.py
 
@@ -196,19 +198,32 @@ manifest-check: install-tools
 	$(VENV_TOOLS)/bin/checkov --quiet --compact --skip-download --framework dockerfile \
 		-f Dockerfile
 
-# Every tier, in this order, each timed: the times go to build/tiers.txt and are printed
-# at the end (and at a failure), so a slow tier shows itself in CI's output.
-TIERS := lint docs manifest-check unit bench-smoke quickstart integration pgbouncer \
-	several-databases modes netfaults browser compat compose-check image-test
-test: install-dev
-	@mkdir -p build && : > build/tiers.txt
-	@for tier in $(TIERS); do \
+# Every tier, in two lanes that run side by side: the suite mostly waits (on worker
+# subprocesses, timeouts, image builds), and one lane alone leaves much of the 2 cores
+# idle. Tests that stop a database server run alone on the machine whatever the lane
+# (tests/exclusive.py). Each line of output starts with its tier's name; each tier is
+# timed into build/tiers.txt, printed at the end. A failed tier stops its lane, and the
+# other lane starts no new tier.
+LANE_1 := lint docs unit quickstart integration pgbouncer several-databases
+LANE_2 := manifest-check bench-smoke netfaults modes browser compat compose-check image-test
+TIERS := $(LANE_1) $(LANE_2)
+test: install-dev install-tools
+	@mkdir -p build && : > build/tiers.txt && rm -f build/failed
+	@start=$$(date +%s); $(MAKE) --no-print-directory -j2 lane-1 lane-2; status=$$?; \
+		echo "all $$(( $$(date +%s) - start )) s (the lanes side by side)" >> build/tiers.txt; \
+		echo "== tiers (seconds):"; cat build/tiers.txt; exit $$status
+
+.PHONY: lane-1 lane-2
+lane-1 lane-2:
+	@for tier in $(LANE_$(subst lane-,,$@)); do \
+		[ ! -e build/failed ] || exit 1; \
 		start=$$(date +%s); \
-		$(MAKE) --no-print-directory $$tier; status=$$?; \
-		echo "$$tier $$(( $$(date +%s) - start )) s$$([ $$status = 0 ] || echo ' FAILED')" >> build/tiers.txt; \
-		if [ $$status != 0 ]; then echo "== tiers (seconds):"; cat build/tiers.txt; exit $$status; fi; \
+		$(MAKE) --no-print-directory $$tier 2>&1 | sed -u "s/^/[$$tier] /"; \
+		status=$${PIPESTATUS[0]}; \
+		echo "$@ $$tier $$(( $$(date +%s) - start )) s$$([ $$status = 0 ] || echo ' FAILED')" \
+			>> build/tiers.txt; \
+		if [ $$status != 0 ]; then touch build/failed; exit $$status; fi; \
 	done
-	@echo "== tiers (seconds):"; cat build/tiers.txt
 
 clean:
 	rm -rf $(VENV) $(VENV_NEXT) $(VENV_TOOLS) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -7,14 +7,14 @@ from typing import Any
 import pytest
 
 
-@pytest.fixture(autouse=True)
-def _room(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Under pytest-xdist, a test marked ``exclusive`` runs with no other test beside it
-    (tests/exclusive.py)."""
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A test marked ``exclusive`` runs, setup and teardown included, with no other test
+    of the machine beside it (tests/exclusive.py)."""
     from tests.exclusive import room
 
-    with room(alone=request.node.get_closest_marker("exclusive") is not None):
-        yield
+    with room(alone=item.get_closest_marker("exclusive") is not None):
+        return (yield)
 
 
 @pytest.fixture(scope="session")
@@ -134,8 +134,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "exclusive: stops or restarts the database server; under pytest-xdist it runs with "
-        "no other test beside it (tests/exclusive.py)",
+        "exclusive: stops or restarts a database server: no other test of the machine runs "
+        "beside it (tests/exclusive.py)",
     )
     config.addinivalue_line(
         "markers",

@@ -1,15 +1,16 @@
-"""Tests that must have the database server to themselves, under pytest-xdist too.
+"""Tests that must have the database servers to themselves.
 
-`make test` runs its long tiers on several pytest workers at once, each with a database
-of its own on the same server (tests/settings.py). A test marked ``exclusive`` (it stops
-or restarts the server) must not run beside any other: every test takes the room shared,
-an exclusive one takes it alone. The turnstile keeps an exclusive test from waiting for
-ever behind a stream of shared ones: it is held while the room is asked for, so no new
-test slips in once an exclusive one is waiting.
+`make test` runs its long tiers on several pytest workers (pytest-xdist), and two lanes
+of tiers side by side, all against the same PostgreSQL and MariaDB servers, each session
+with databases of its own (tests/settings.py). A test marked ``exclusive`` stops or
+restarts a server, or moves a directory others use: no other test on the machine may run
+beside it. So every test holds "the room" while it runs (setup and teardown included: a
+test's flush must not meet a stopped server), shared; an exclusive test holds it alone.
+The turnstile keeps an exclusive test from waiting for ever behind a stream of shared
+ones: it is held while the room is asked for, so no test slips in once one is waiting.
 
-The locks are flock(2) on two files named after the session's database suffix, which the
-pytest workers share (tests/settings.py sets it before they start); the kernel drops them
-if a worker dies.
+The locks are flock(2) on two files of the machine's temporary directory: every pytest
+session on the machine takes part, and the kernel drops a lock whose process dies.
 """
 
 from __future__ import annotations
@@ -22,17 +23,12 @@ from contextlib import contextmanager
 
 
 def _lock_file(kind: str) -> str:
-    suffix = os.environ["EVERYSTEP_TEST_DB_SUFFIX"]
-    return os.path.join(tempfile.gettempdir(), f"everystep-test-{suffix}.{kind}.lock")
+    return os.path.join(tempfile.gettempdir(), f"everystep-tests.{kind}.lock")
 
 
 @contextmanager
 def room(alone: bool) -> Iterator[None]:
-    """Hold the room for one test: alone (exclusive) or shared with the other workers'
-    tests. Without pytest-xdist there is no one to share with, and nothing is locked."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        yield
-        return
+    """Hold the room for one test: alone (exclusive) or shared with every other test."""
     with open(_lock_file("turnstile"), "a") as turnstile, open(_lock_file("room"), "a") as held:
         fcntl.flock(turnstile, fcntl.LOCK_EX)
         try:

@@ -10,6 +10,7 @@ Django project, and the roles the entrypoint runs (worker, UI, demo, config chec
 - ``dburl``: database URLs to a Django ``DATABASES`` entry, and masking them;
 - ``project``: loading the user's Django project at run time;
 - ``ui`` and ``urls``: the ``ui`` role (gunicorn serving the UI, the admin login, metrics);
+- ``probe_listener``: the ``ui`` role's probes, answered without a thread per connection;
 - ``demo``: the ``demo`` role and its bundled example project (``demo/orders``).
 """
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from everystep_runner import ui as runner_ui
+from everystep_runner import probe_listener
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "image" / "example_project"
@@ -159,7 +159,7 @@ def test_probes_answer_within_a_second_while_50_clients_hold_half_sent_requests(
     /healthz, /livez and /readyz on the probe port answer 200 within 1 s each."""
     with half_sent(ui.port, SLOW_CLIENTS):
         time.sleep(1)  # gunicorn has handed them to its threads
-        for path in runner_ui.PROBE_PATHS:
+        for path in probe_listener.PROBE_PATHS:
             started = time.monotonic()
             status, body = get(f"http://127.0.0.1:{ui.probe_port}{path}", timeout=1)
             assert (status, body) == (200, b"ok\n")
@@ -246,7 +246,9 @@ def test_listener_says_503_without_a_live_worker_and_survives_a_fork() -> None:
     """No worker with a fresh heartbeat: 503. A fork (as gunicorn spawns a worker) pauses
     the listener's thread and starts it again in the parent; the child closes its copies."""
     healthy = [False]
-    listener = runner_ui.ProbeListener(runner_ui.listen("127.0.0.1", 0), lambda: healthy[0])
+    listener = probe_listener.ProbeListener(
+        probe_listener.listen("127.0.0.1", 0), lambda: healthy[0]
+    )
     listener.start()
     try:
         url = f"http://127.0.0.1:{listener.port}/healthz"

@@ -1,6 +1,6 @@
-"""Issue 18, the first hour with everystep: the errors a newcomer meets say what is wrong
-and what to do, on every database (arguments that do not fit the workflow, a reused
-idempotency key, a model instance as a step result, bad command arguments)."""
+"""The errors a newcomer meets in a first hour (issue 18) say what is wrong and what to
+do, on every database (arguments that do not fit the workflow, a reused idempotency key,
+a model instance as a step result, bad command arguments)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Issue 33: outside the test environment, scheduling a workflow that no worker would
-import (defined outside every installed app's ``workflows`` module) is refused at once,
+"""Workflows no worker would import (issue 33): outside the test environment, scheduling
+one (defined outside every installed app's ``workflows`` module) is refused at once,
 naming the module and the fixes, instead of a run a worker fails later with "unknown
 workflow"; listed in ``EVERYSTEP_WORKFLOW_MODULES``, the same workflow is scheduled and a
 real worker completes it. The schedules run in ``manage.py shell`` subprocesses."""

@@ -1,4 +1,4 @@
-"""Issue 33, the first day with everystep: mistakes that used to surface as an obscure
+"""Mistakes of a first day with everystep (issue 33) that used to surface as an obscure
 ``TypeError``/``AttributeError`` or a failed run later are refused at once, saying what
 works: a django.tasks ``@task`` under ``@workflow``/``@step`` or over ``@workflow``,
 keyword arguments to ``schedule()``/``start()``, a bad ``EVERYSTEP_WORKFLOW_MODULES``.
@@ -61,7 +61,7 @@ def test_workflow_or_step_over_a_django_task_is_a_clear_type_error(
     with pytest.raises(TypeError) as caught:
         decorator(task_object)
     message = str(caught.value)
-    assert "cannot decorate tests.unit.test_first_day.charge, a django.tasks @task" in message
+    assert "cannot decorate tests.unit.test_misuse_refused.charge, a django.tasks @task" in message
     assert "@workflow (with @step functions it calls), started by everystep.schedule()" in message
     assert "with TASKS naming everystep.tasks.EverystepBackend, the task function" in message
     assert registry.lookup("first-day.charge") is None
@@ -90,7 +90,7 @@ def test_keyword_arguments_are_a_type_error_saying_arguments_are_positional(
     name = verb.__name__
     message = str(caught.value)
     assert message.startswith(
-        f"cannot {name} workflow tests.unit.test_first_day.fulfil(order_id, amount=0): "
+        f"cannot {name} workflow tests.unit.test_misuse_refused.fulfil(order_id, amount=0): "
         "workflow arguments are positional"
     )
     assert "got keyword arguments amount, order_id" in message

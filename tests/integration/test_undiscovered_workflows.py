@@ -1,6 +1,6 @@
-"""Issue 33, the first day with everystep, in the test process on every database: a
-workflow no worker would import is scheduled with a warning in tests (outside tests it is
-refused: tests/acceptance/test_first_day_worker.py), one that workers import is not; and
+"""Workflows no worker would import (issue 33), in the test process on every database: one
+is scheduled with a warning in tests (outside tests it is refused:
+tests/acceptance/test_undiscovered_workflows_worker.py), one that workers import is not; and
 ``result()`` inside a test's transaction says to call ``run_due()`` first."""
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from tests.testapp import composition as cw
 from tests.testapp import workflows as wf
 
 NOT_DISCOVERED = (
-    "cannot {verb} workflow tests.integration.test_first_day.tripled: it is defined in module "
-    "'tests.integration.test_first_day', which workers do not import, so a worker would fail "
-    'the run with "unknown workflow". Define it in an installed app\'s workflows.py (or '
-    "import it from there), or add 'tests.integration.test_first_day' to the setting "
-    "EVERYSTEP_WORKFLOW_MODULES (a warning in tests: everystep.testing.run_due() runs it in "
-    "this process)"
+    "cannot {verb} workflow tests.integration.test_undiscovered_workflows.tripled: it is "
+    "defined in module 'tests.integration.test_undiscovered_workflows', which workers do not "
+    'import, so a worker would fail the run with "unknown workflow". Define it in an '
+    "installed app's workflows.py (or import it from there), or add "
+    "'tests.integration.test_undiscovered_workflows' to the setting EVERYSTEP_WORKFLOW_MODULES "
+    "(a warning in tests: everystep.testing.run_due() runs it in this process)"
 )
 IN_A_TEST = (
     "result() cannot wait inside a transaction, and this test runs inside one (a TestCase, "
