@@ -57,6 +57,14 @@ class Runner(EverystepModel):
     # holds it. NULL: a row written by a release that did not record them.
     host = models.CharField(max_length=255, blank=True, null=True)
     pid = models.PositiveIntegerField(blank=True, null=True)
+    # Where ``pid`` names a process: the kernel's boot and the pid namespace (containers on
+    # one host share its name, not their pids). A worker starting on the same host, in
+    # the same space, can tell for certain that the holder's process is gone. NULL: not
+    # known (not Linux, or an older release), so never taken as proof.
+    process_space = models.CharField(max_length=100, blank=True, null=True)
+    # The holder's heartbeat interval, in seconds: a worker watching the name waits two of
+    # the holder's beats, not two of its own. NULL: an older release's row.
+    heartbeat = models.FloatField(blank=True, null=True)
 
     class Meta:
         # Its own Meta: one inherited from EverystepModel would record the base manager

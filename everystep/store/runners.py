@@ -67,6 +67,7 @@ def take_name(
     inflight: int,
     draining: bool,
     started_at: Any,
+    heartbeat: float | None = None,
 ) -> bool:
     """Make boot ``boot_id`` of this process the holder of runner name ``name`` (its row
     written as ``beat`` writes it): insert its row if there is none (``replacing`` is
@@ -77,6 +78,8 @@ def take_name(
         "boot_id": boot_id,
         "host": _host(),
         "pid": os.getpid(),
+        "process_space": process_space(),
+        "heartbeat": heartbeat,
         "pool_size": pool_size,
         "inflight": inflight,
         "draining": draining,
@@ -101,6 +104,26 @@ def take_name(
 @functools.cache
 def _host() -> str:
     return socket.gethostname()
+
+
+def is_this_host(row: Runner) -> bool:
+    """Whether ``row``'s pid names a process of this process's own pid space: the same
+    host name, kernel boot and pid namespace (Linux only; elsewhere never)."""
+    space = process_space()
+    return space is not None and row.host == _host() and row.process_space == space
+
+
+@functools.cache
+def process_space() -> str | None:
+    """The kernel boot and the pid namespace this process runs in, or None where they
+    cannot be read. Two processes with the same value see the same pids."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot = f.read().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+    return f"{boot}/pid:{namespace}"
 
 
 def get_runner(name: str) -> Runner | None:

@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 import uuid
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
@@ -26,6 +27,16 @@ SHUTDOWN_LOCK_WAIT = 2
 # Seconds a statement of the loop or the heartbeat waits for a lock on SQLite and
 # MariaDB/MySQL (``database.keep_lock_waits_short``): how long SIGTERM can go unheard.
 LOCK_WAIT = 1
+# The heartbeats of this process, by boot. A runner row written by this process's own pid
+# is proof of a dead predecessor (worker/naming.py) only if no worker of this process
+# still beats under that boot: an application may run the embedded Worker more than once.
+_HERE: weakref.WeakValueDictionary[uuid.UUID, Heartbeat] = weakref.WeakValueDictionary()
+
+
+def beats_here(boot_id: uuid.UUID) -> bool:
+    """Whether a worker of this process holds, or may still hold, boot ``boot_id``."""
+    beat = _HERE.get(boot_id)
+    return beat is not None and not beat.stop_event.is_set()
 
 
 class Heartbeat(threading.Thread):
@@ -38,6 +49,7 @@ class Heartbeat(threading.Thread):
         self.options = worker.options
         self.boot_id = uuid.uuid4()
         self.stop_event = threading.Event()
+        _HERE[self.boot_id] = self
         # When this thread last found the database again after failing to reach it
         # (monotonic; None: no failure yet). See ``may_sweep``.
         self.reconnected_at: float | None = None
@@ -57,7 +69,8 @@ class Heartbeat(threading.Thread):
         """Make this boot the holder of the runner name, if ``replacing`` (the row as last
         read; ``None``: no row) is still as read (``runners.take_name``)."""
         sent = time.monotonic()
-        if not runners.take_name(self.options.name, self.boot_id, replacing, **self._state()):
+        state = {**self._state(), "heartbeat": self.options.heartbeat}
+        if not runners.take_name(self.options.name, self.boot_id, replacing, **state):
             return False
         self.worker.beat_written = sent
         return True

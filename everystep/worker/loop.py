@@ -125,7 +125,8 @@ class Worker:
 
         Raises ``everystep.errors.NameInUse``, before claiming anything, if another live
         process sends heartbeats under this worker's name; a crashed predecessor's row is
-        watched for up to two heartbeat intervals first, then taken over. A worker whose
+        taken over at once when its process is provably gone (this host, a pid not
+        running), else watched for up to two of its heartbeats first. A worker whose
         name another process took over while it was silent drains and returns.
         """
         if threading.current_thread() is threading.main_thread():

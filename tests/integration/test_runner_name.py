@@ -1,12 +1,15 @@
-"""One live process per runner name (issues 33 and 40), with the worker embedded in this
-process: a name another process beats under is refused before any catchup, a silent row
-is watched and then taken over, and a worker whose name was taken over stops."""
+"""One live process per runner name (issues 33, 40 and 52), with the worker embedded in
+this process: a name another process beats under is refused before any catchup, a silent
+row is watched (for two of its holder's beats) and then taken over, a row whose process is
+provably gone (this host, this pid space, a pid not running) is taken over at once, and a
+worker whose name was taken over stops."""
 
 from __future__ import annotations
 
 import logging
 import os
 import socket
+import subprocess
 import threading
 import uuid
 from collections.abc import Iterator
@@ -19,7 +22,7 @@ from django.utils import timezone
 from everystep import schedule
 from everystep.errors import NameInUse
 from everystep.models import Runner, Workflow
-from everystep.store.runners import beat, take_name
+from everystep.store.runners import beat, process_space, take_name
 from tests.acceptance.conftest import wait_until
 from tests.testapp import workflows as wf
 from tests.workers import WorkerThread, worker_on_thread
@@ -27,19 +30,25 @@ from tests.workers import WorkerThread, worker_on_thread
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def foreign_row(name: str, *, age: float = 0.0) -> Runner:
-    """The heartbeat row another process (host ``elsewhere``, pid 4242) wrote ``age``
-    seconds ago."""
+def foreign_row(name: str, *, age: float = 0.0, **holder: object) -> Runner:
+    """The heartbeat row another process (host ``elsewhere``, pid 4242, unless ``holder``
+    says otherwise) wrote ``age`` seconds ago."""
     at = timezone.now() - timedelta(seconds=age)
+    fields = {"host": "elsewhere", "pid": 4242, **holder}
     return Runner.objects.create(
-        name=name,
-        boot_id=uuid.uuid4(),
-        pool_size=1,
-        started_at=at,
-        last_seen=at,
-        host="elsewhere",
-        pid=4242,
+        name=name, boot_id=uuid.uuid4(), pool_size=1, started_at=at, last_seen=at, **fields
     )
+
+
+def dead_pid() -> int:
+    """The pid of a process of this host that has exited and been reaped."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def events_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [getattr(record, "event", "") for record in caplog.records]
 
 
 def parked(name: str) -> Workflow:
@@ -157,3 +166,81 @@ def test_of_two_boots_taking_one_name_exactly_one_wins():
     assert Runner.objects.get(name="race").boot_id == third
     assert beat("race", first, **state) is not None, "the first boot was displaced"
     assert Runner.objects.get(name="race").boot_id == third
+
+
+def test_a_row_of_this_host_whose_pid_is_gone_is_taken_over_at_once(caplog):
+    """A SIGKILLed predecessor on this host, in this pid space: its row is fresh, yet its
+    process is provably gone, so the name is taken without the watch (a heartbeat of 60 s
+    would watch for two minutes) and its runs resumed at once."""
+    foreign_row("lazarus", host=socket.gethostname(), pid=dead_pid(), process_space=process_space())
+    run = parked("lazarus")
+    with (
+        caplog.at_level(logging.INFO, logger="everystep.worker"),
+        worker_on_thread(name="lazarus", heartbeat=60, wait_ready=False) as started,
+    ):
+        wait_until(lambda: Workflow.objects.get(id=run.id).status == "completed", 30, "the run")
+    assert started.raised == []
+    events = events_of(caplog)
+    assert "worker.name_wait" not in events
+    assert events.index("worker.name_taken_over") < events.index("worker.catchup")
+
+
+@pytest.mark.parametrize(
+    "holder",
+    [
+        pytest.param({"host": "elsewhere"}, id="another-host"),
+        pytest.param({"process_space": "another-boot/pid:1"}, id="another-pid-space"),
+        pytest.param({"process_space": None}, id="space-unknown"),
+    ],
+)
+def test_a_dead_looking_pid_elsewhere_is_no_proof_and_the_row_is_watched(caplog, holder):
+    """The same pid number on another host, in another pid namespace (another container of
+    one pod) or in a row that does not say: it may be alive, so the name is watched."""
+    fields = {"host": socket.gethostname(), "pid": dead_pid(), "process_space": process_space()}
+    row = foreign_row("doubt", **{**fields, **holder})
+    with caplog.at_level(logging.INFO, logger="everystep.worker"):
+        started = WorkerThread(name="doubt", heartbeat=60).start()
+        wait_until(lambda: "worker.name_wait" in events_of(caplog), 30, "the watch")
+    started.stop()
+    assert started.returned == [True]
+    assert Runner.objects.get(name="doubt").boot_id == row.boot_id
+
+
+def test_this_processs_own_pid_proves_death_only_without_a_worker_beating_under_it(caplog):
+    """A container restarted in place gives the new process its predecessor's pid: a row
+    with this process's pid and a boot no worker here holds is taken at once; the row of a
+    worker still running in this process is not (the embedded Worker may run twice)."""
+    with (
+        caplog.at_level(logging.INFO, logger="everystep.worker"),
+        worker_on_thread(name="twice", heartbeat=60),
+    ):
+        started = WorkerThread(name="twice", heartbeat=60).start()
+        wait_until(lambda: "worker.name_wait" in events_of(caplog), 30, "the watch")
+        started.stop()
+    caplog.clear()
+    row = foreign_row(
+        "again", host=socket.gethostname(), pid=os.getpid(), process_space=process_space()
+    )
+    with (
+        caplog.at_level(logging.INFO, logger="everystep.worker"),
+        worker_on_thread(name="again", heartbeat=60),
+    ):
+        assert Runner.objects.get(name="again").boot_id != row.boot_id
+    assert "worker.name_wait" not in events_of(caplog)
+    assert "worker.name_taken_over" in events_of(caplog)
+
+
+def test_the_watch_lasts_two_of_the_holders_beats_not_the_watchers(caplog):
+    """A holder that beats every 0.2 s and has stopped: a watcher whose own heartbeat is
+    60 s takes the name after the shortest watch (5 s), not two minutes."""
+    foreign_row("quick", heartbeat=0.2)
+    run = parked("quick")
+    with (
+        caplog.at_level(logging.INFO, logger="everystep.worker"),
+        worker_on_thread(name="quick", heartbeat=60, wait_ready=False) as started,
+    ):
+        wait_until(lambda: Workflow.objects.get(id=run.id).status == "completed", 30, "the run")
+    assert started.raised == []
+    assert events_of(caplog).index("worker.name_wait") < events_of(caplog).index(
+        "worker.name_taken_over"
+    )
