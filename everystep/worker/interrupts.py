@@ -1,6 +1,14 @@
 """SIGTERM and SIGINT for a worker running on the main thread: the first drains (stop
 claiming, let steps finish), a second skips the rest of the drain wait and requeues.
-The handlers only set the worker's events; the shutdown sequence does the rest."""
+
+A handler only notes the signal; the main thread acts on it (``Interrupts.act``) when it
+next looks at the loop, within ``supervisor._LOOK`` seconds. Python runs a handler on the
+main thread between two bytecodes, possibly inside another handler: one that set the
+worker's events or logged could interrupt a frame holding the same non-reentrant lock (an
+``Event``'s, the log stream's) and wait for it for ever. A second SIGTERM that arrived
+while the first handler was inside ``Event.set()`` hung a worker that way, with its
+heartbeat fresh. Appending to a list takes no lock.
+"""
 
 from __future__ import annotations
 
@@ -15,32 +23,47 @@ from everystep.worker.worker_state import WorkerState
 logger = logging.getLogger("everystep.worker")
 
 
-def install(state: WorkerState, stop: Callable[[], None]) -> Callable[[], None]:
-    """Install the handlers; returns what puts the previous ones back. Off the main
-    thread (an embedded worker) nothing is installed: the host owns its signals."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+class Interrupts:
+    """The worker's signal handlers, installed on the main thread by ``install``."""
 
-    def handle(signum: int, frame: Any) -> None:
-        name = signal.Signals(signum).name
-        extra = {"runner": state.options.name}
-        if state.stop.is_set():
-            logger.warning(
-                "second %s: requeueing in-flight runs now",
-                name,
-                extra={"event": "worker.forced", **extra},
-            )
-            state.force.set()
-        else:
-            logger.info("%s received: draining", name, extra={"event": "worker.signal", **extra})
-        stop()
+    def __init__(self, state: WorkerState, stop: Callable[[], None]) -> None:
+        self.state, self.stop = state, stop
+        self.pending: list[int] = []  # signal numbers not yet acted on, oldest first
+        self.previous: dict[int, Any] = {}
 
-    for sig in previous:
-        signal.signal(sig, handle)
+    def install(self) -> None:
+        """Install the handlers. Off the main thread (an embedded worker) nothing is
+        installed: the host owns its signals."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.previous[sig] = signal.signal(sig, self.handle)
 
-    def restore() -> None:
-        for sig, handler in previous.items():
+    def restore(self) -> None:
+        """Put the previous handlers back."""
+        for sig, handler in self.previous.items():
             signal.signal(sig, handler)
+        self.previous.clear()
 
-    return restore
+    def handle(self, signum: int, frame: Any) -> None:
+        """The handler itself: note the signal, nothing else (see the module's doc)."""
+        self.pending.append(signum)
+
+    def act(self) -> None:
+        """On the main thread, outside any handler: drain on the first signal, force on
+        the next."""
+        while self.pending:
+            name = signal.Signals(self.pending.pop(0)).name
+            extra = {"runner": self.state.options.name}
+            if self.state.stop.is_set():
+                logger.warning(
+                    "second %s: requeueing in-flight runs now",
+                    name,
+                    extra={"event": "worker.forced", **extra},
+                )
+                self.state.force.set()
+            else:
+                logger.info(
+                    "%s received: draining", name, extra={"event": "worker.signal", **extra}
+                )
+            self.stop()

@@ -98,7 +98,10 @@ class Worker:
     # -- public -----------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Ask the worker to drain and return. Safe from any thread or a signal handler."""
+        """Ask the worker to drain and return. Safe from any thread. From a signal
+        handler, only when the handler cannot interrupt the main thread inside this
+        worker's own calls (it sets an ``Event``, whose lock is not reentrant): a worker
+        run on the main thread installs handlers of its own that defer to the loop."""
         self.state.stop.set()
         self.state.wake.set()
 

@@ -46,7 +46,8 @@ def supervise(state: WorkerState, stop: Callable[[], None], body: Callable[[], b
         except BaseException as exc:  # handed to the caller's thread below
             raised.append(exc)
 
-    restore = interrupts.install(state, stop)
+    signals = interrupts.Interrupts(state, stop)
+    signals.install()
     # A daemon: past the bound, a thread blocked in a database call must not keep the
     # process alive.
     thread = threading.Thread(target=run, name="everystep-loop", daemon=True)
@@ -55,6 +56,7 @@ def supervise(state: WorkerState, stop: Callable[[], None], body: Callable[[], b
         bound = _Bound(state)
         while thread.is_alive():
             thread.join(_LOOK)
+            signals.act()
             if bound.passed() and thread.is_alive():
                 logger.error(
                     "worker %s did not finish its shutdown within the drain (%gs) and %gs "
@@ -68,7 +70,7 @@ def supervise(state: WorkerState, stop: Callable[[], None], body: Callable[[], b
                 )
                 return False
     finally:
-        restore()
+        signals.restore()
     if raised:
         raise raised[0]
     return returned[0]

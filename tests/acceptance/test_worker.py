@@ -260,6 +260,25 @@ def test_second_sigint_requeues_at_once(workers):
     assert "second SIGINT" in proc.log()
 
 
+def test_two_sigterms_close_together_never_hang_a_worker(workers):
+    """Two SIGTERMs 50 ms apart, as `timeout`, compose and Kubernetes can send, to five
+    workers each running a step: every one takes the second as the first's follow-up,
+    requeues its run and exits 0 (a second signal inside the first handler once hung a
+    worker for good; tests/unit/test_interrupts.py holds that case exactly). Closer
+    together the kernel and Python may merge them into one, which only drains."""
+    runs = [schedule(wf.slow, 120) for _ in range(5)]
+    procs = [workers(f"twice-{n}", "--pool", "1", "--drain", "300", *FAST) for n in range(5)]
+    wait_until(lambda: all(started(run, "long") for run in runs), 60, "every long step")
+    for proc in procs:
+        proc.signal(signal.SIGTERM)
+        time.sleep(0.05)
+        proc.signal(signal.SIGTERM)
+    assert [proc.wait(60) for proc in procs] == [0] * 5
+    assert all("second SIGTERM" in proc.log() for proc in procs)
+    statuses = Workflow.objects.filter(id__in=[run.id for run in runs]).values_list("status")
+    assert set(statuses) == {("scheduled",)}
+
+
 def test_drain_zero_waits_for_the_step(workers):
     """--drain 0 waits for the in-flight step however long it takes, then requeues."""
     run = schedule(wf.slow, 3)
