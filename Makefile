@@ -27,10 +27,11 @@ VENV_NEXT ?= .venv-django6
 # dependencies that must not move the project's. Changing a pin reinstalls them.
 VENV_TOOLS ?= .venv-tools
 # The long tiers run on this many pytest workers (pytest-xdist), each with a database of
-# its own on the same server: the suite mostly waits on worker subprocesses, so 4 keep a
-# 2-core machine busy. A test that stops the server runs alone (tests/exclusive.py).
-# TEST_JOBS=0 runs them in one process.
-TEST_JOBS ?= 4
+# its own on the same server: the suite mostly waits on worker subprocesses, so 3 in each
+# of `make test`'s two lanes keep a 2-core machine busy without starving the tests'
+# timeouts. A test that stops a server runs alone (tests/exclusive.py). TEST_JOBS=0 runs
+# them in one process.
+TEST_JOBS ?= 3
 PYTEST_PARALLEL := $(BIN)/pytest -n $(TEST_JOBS) --dist worksteal
 TOOLS := checkov==3.3.30 kubernetes-validate==1.37.0
 K8S_VERSION ?= 1.37.0
@@ -75,7 +76,7 @@ unit: install-dev
 # SQLite (it restarts database servers), netfaults.py its latency scenario only (the others
 # need root network namespaces); bench/peers/ is left out (venvs of other projects).
 bench-smoke: install-dev
-	$(PYTEST_PARALLEL) tests/bench
+	$(BIN)/pytest -n 2 --dist worksteal tests/bench
 
 # The distributions as a user gets them: sdist and wheel of the library and the runner built
 # and checked (twine check --strict), then docs/quickstart.md followed in a new virtualenv
