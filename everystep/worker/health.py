@@ -5,7 +5,10 @@ see them.
   recently. A wedged loop (stuck on a lock, a hung database call without timeout) or a
   heartbeat thread that hangs or dies fails it, so the supervisor restarts the process
   (a worker whose heartbeat stopped would otherwise lose its runs to orphan recovery).
-  While draining the loop no longer ticks on purpose, so the loop's part holds.
+  While draining the loop no longer ticks on purpose, so the loop's part holds, until the
+  drain has outlived its deadline (``drain`` and the shutdown's grace) by the liveness
+  limit: a process that should have exited by then is stuck (with ``drain`` 0, waiting
+  for the steps however long, never).
 - *Readiness*: the database answers (as the heartbeat last found it: ``Readiness``),
   everystep's migrations are applied, and the worker is not draining.
 """
@@ -20,6 +23,7 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError, connections
 
 from everystep.store import reports
+from everystep.worker.supervisor import SHUTDOWN_GRACE
 from everystep.worker.worker_state import WorkerState
 
 logger = logging.getLogger("everystep.worker")
@@ -40,18 +44,26 @@ def liveness(worker: WorkerState) -> Probe:
     age = now - worker.last_tick
     beat_age = now - worker.last_beat
     limit = worker.options.liveness_timeout
-    ticking = worker.draining or age <= limit
+    ticking = (worker.draining and not _drain_overrun(worker, now)) or age <= limit
     beating = beat_age <= worker.heartbeat_limit
-    return Probe(
-        ticking and beating,
-        {
-            "last_tick_age_seconds": round(age, 3),
-            "limit_seconds": limit,
-            "last_heartbeat_age_seconds": round(beat_age, 3),
-            "heartbeat_limit_seconds": worker.heartbeat_limit,
-            "draining": worker.draining,
-        },
-    )
+    checks = {
+        "last_tick_age_seconds": round(age, 3),
+        "limit_seconds": limit,
+        "last_heartbeat_age_seconds": round(beat_age, 3),
+        "heartbeat_limit_seconds": worker.heartbeat_limit,
+        "draining": worker.draining,
+    }
+    if worker.stopping_since is not None:
+        checks["draining_for_seconds"] = round(now - worker.stopping_since, 3)
+    return Probe(ticking and beating, checks)
+
+
+def _drain_overrun(worker: WorkerState, now: float) -> bool:
+    """Whether a drain has outlived its deadline by the liveness limit."""
+    drain, since = worker.options.drain, worker.stopping_since
+    if drain <= 0 or since is None:
+        return False
+    return now - since > drain + SHUTDOWN_GRACE + worker.options.liveness_timeout
 
 
 class Readiness:

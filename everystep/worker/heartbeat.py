@@ -98,8 +98,7 @@ class Heartbeat(threading.Thread):
             holder.pid or "?",
             extra=self._extra("worker.name_taken"),
         )
-        self.worker.stop.set()
-        self.worker.wake.set()
+        self.worker.begin_stopping()
 
     def freshen(self) -> None:
         """Beat now, from the calling thread, if the last beat written is older than twice

@@ -102,8 +102,7 @@ class Worker:
         handler, only when the handler cannot interrupt the main thread inside this
         worker's own calls (it sets an ``Event``, whose lock is not reentrant): a worker
         run on the main thread installs handlers of its own that defer to the loop."""
-        self.state.stop.set()
-        self.state.wake.set()
+        self.state.begin_stopping()
 
     @property
     def draining(self) -> bool:

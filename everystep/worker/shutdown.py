@@ -30,7 +30,7 @@ def drain(
 ) -> bool:
     """Drain the worker; True if every in-flight run ended on its own before the deadline.
     ``reap`` collects the runs that ended (the worker's own bookkeeping)."""
-    worker.stop.set()
+    worker.begin_stopping()
     options = worker.options
     extra = {"event": "worker.draining", "runner": options.name}
     logger.info(

@@ -75,6 +75,9 @@ class WorkerState:
     backlog: deque[tuple[float, Claim]] = field(default_factory=deque)
     # The event loop of async runs' passes, started with the first one.
     event_loop: EventLoop | None = None
+    # When the worker was first asked to stop (monotonic; None: not yet). Liveness fails
+    # once a drain has outlived its deadline by far (``health.liveness``).
+    stopping_since: float | None = None
 
     @property
     def draining(self) -> bool:
@@ -86,6 +89,14 @@ class WorkerState:
 
     def tick(self) -> None:
         self.last_tick = time.monotonic()
+
+    def begin_stopping(self) -> None:
+        """Stop claiming and drain: the events the loop and the drain wait on, and the
+        time of the first ask."""
+        if self.stopping_since is None:
+            self.stopping_since = time.monotonic()
+        self.stop.set()
+        self.wake.set()
 
     def beat_attempted(self) -> None:
         """The heartbeat thread finished a beat, whether the database took it or not

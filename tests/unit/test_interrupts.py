@@ -73,3 +73,24 @@ def test_install_and_restore_on_the_main_thread() -> None:
     finally:
         signals.restore()
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_liveness_fails_once_a_drain_outlives_its_deadline_by_the_limit() -> None:
+    """A worker still draining past ``drain`` + the shutdown's grace + the liveness limit
+    should have exited: it is stuck, and the orchestrator must restart it. With ``drain``
+    0 (wait for the steps however long) it never is."""
+    from everystep.worker.health import liveness
+    from everystep.worker.supervisor import SHUTDOWN_GRACE
+
+    for drain, expected in ((30.0, False), (0.0, True)):
+        state = WorkerState(
+            WorkerOptions.resolve(name="overrun", pool_size=1, drain=drain, liveness_timeout=60)
+        )
+        state.begin_stopping()
+        assert liveness(state).ok, "a drain just begun is alive"
+        assert state.stopping_since is not None
+        # The loop stopped ticking when the drain began; the heartbeat still beats.
+        state.stopping_since -= drain + SHUTDOWN_GRACE + 61
+        state.last_tick = state.stopping_since
+        state.beat_attempted()
+        assert liveness(state).ok is expected
