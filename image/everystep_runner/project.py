@@ -2,6 +2,12 @@
 settings module, the runner's overrides, then ``django.setup()`` (during which everystep
 imports the ``workflows`` module of every installed app, so each ``@workflow`` is
 registered before the first claim).
+
+The runner's log format and level hold over the project's ``LOGGING`` wherever Django
+applies it: ``django.setup()`` applies it each time it runs, and a management command
+run by the runner (``everystep_worker …``, the Kubernetes argument list) runs it again.
+So the project's ``LOGGING_CONFIG`` is wrapped (``apply_logging``): the project's
+configuration first, then the runner's for the ``everystep`` loggers.
 """
 
 from __future__ import annotations
@@ -11,12 +17,16 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 from everystep_runner.settings import RunnerSettings, database_settings
 
 _KEPT_FROM_PROJECT = ("CONN_MAX_AGE", "CONN_HEALTH_CHECKS", "ATOMIC_REQUESTS", "TIME_ZONE")
 # The DATABASES alias listen_database_url becomes.
 LISTEN_ALIAS = "everystep_listen"
+# What ``apply_logging`` applies: the runner's settings and the project's own
+# LOGGING_CONFIG (a dotted path, or None when the project configures logging itself).
+_LOGGING: dict[str, Any] = {}
 
 
 class ProjectError(Exception):
@@ -58,6 +68,7 @@ def load(settings: RunnerSettings, environ: Mapping[str, str] | None = None) -> 
         raise ProjectError(f"settings module {module!r}: {exc}") from None
     os.environ["DJANGO_SETTINGS_MODULE"] = module
     _apply_overrides(settings)
+    _wrap_logging_config(settings)
     import django
 
     django.setup()
@@ -87,6 +98,25 @@ def _apply_overrides(settings: RunnerSettings) -> None:
         listen = database_settings(settings.listen_database_url, "listen_database_url")
         django_settings.DATABASES[LISTEN_ALIAS] = listen
         django_settings.EVERYSTEP_LISTEN_DATABASE = LISTEN_ALIAS
+
+
+def _wrap_logging_config(settings: RunnerSettings) -> None:
+    from django.conf import settings as django_settings
+
+    _LOGGING["runner"] = settings
+    if "project" not in _LOGGING:  # load() twice (the demo): wrap the project's once
+        _LOGGING["project"] = django_settings.LOGGING_CONFIG
+    if _LOGGING["project"] is not None:
+        django_settings.LOGGING_CONFIG = f"{__name__}.apply_logging"
+
+
+def apply_logging(logging_settings: Any) -> None:
+    """The ``LOGGING_CONFIG`` of a project the runner loaded: the project's own, then the
+    runner's format and level for everystep's records (``configure_logging``)."""
+    from django.utils.module_loading import import_string
+
+    import_string(_LOGGING["project"])(logging_settings)
+    configure_logging(_LOGGING["runner"])
 
 
 def formatter(settings: RunnerSettings) -> logging.Formatter:
