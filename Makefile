@@ -201,8 +201,8 @@ manifest-check: install-tools
 
 # Every tier, in two lanes that run side by side: the suite mostly waits (on worker
 # subprocesses, timeouts, image builds), and one lane alone leaves much of the 2 cores
-# idle. Tests that stop a database server run alone on the machine whatever the lane
-# (tests/exclusive.py). Each line of output starts with its tier's name; each tier is
+# idle. A test that stops a database server runs with no test that uses that server
+# beside it, whatever the lane (tests/exclusive.py). Each line of output starts with its tier's name; each tier is
 # timed into build/tiers.txt, printed at the end. A failed tier stops its lane, and the
 # other lane starts no new tier.
 LANE_1 := lint docs unit quickstart integration pgbouncer several-databases

@@ -10,10 +10,11 @@ import pytest
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """A test marked ``exclusive`` runs, setup and teardown included, with no other test
-    of the machine beside it (tests/exclusive.py)."""
-    from tests.exclusive import room
+    that uses its database server beside it, in any session (tests/exclusive.py)."""
+    from tests.exclusive import held, rooms
 
-    with room(alone=item.get_closest_marker("exclusive") is not None):
+    extra = [name for marker in item.iter_markers("servers") for name in marker.args]
+    with held(rooms(extra), alone=item.get_closest_marker("exclusive") is not None):
         return (yield)
 
 
@@ -104,7 +105,12 @@ def blocked_run():
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Under CI=true a skipped test is a failure: it would hide a missing backend."""
+    """Under CI=true a skipped test is a failure: it would hide a missing backend. The
+    controller (or the only process) removes the session's own lock files."""
+    if not hasattr(session.config, "workerinput") and "EVERYSTEP_TEST_DB_SUFFIX" in os.environ:
+        from tests.exclusive import forget_session_rooms
+
+        forget_session_rooms()
     if os.environ.get("CI", "").lower() not in {"1", "true", "yes"}:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -134,8 +140,13 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "exclusive: stops or restarts a database server: no other test of the machine runs "
-        "beside it (tests/exclusive.py)",
+        "exclusive: stops or restarts its database server: no test that uses that server "
+        "runs beside it, in any session (tests/exclusive.py)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "servers(*names): database servers (postgres, mariadb) the test uses besides its "
+        "session's EVERYSTEP_TEST_DB, so that no exclusive test stops them under it",
     )
     config.addinivalue_line(
         "markers",

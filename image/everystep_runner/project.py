@@ -24,6 +24,8 @@ from everystep_runner.settings import RunnerSettings, database_settings
 _KEPT_FROM_PROJECT = ("CONN_MAX_AGE", "CONN_HEALTH_CHECKS", "ATOMIC_REQUESTS", "TIME_ZONE")
 # The DATABASES alias listen_database_url becomes.
 LISTEN_ALIAS = "everystep_listen"
+# Where a project's third-party packages go: an image derived from the runner's.
+DEPENDENCIES_DOC = "docs/running/runner-image.md#a-project-with-dependencies"
 # What ``apply_logging`` applies: the runner's settings and the project's own
 # LOGGING_CONFIG (a dotted path, or None when the project configures logging itself).
 _LOGGING: dict[str, Any] = {}
@@ -59,6 +61,13 @@ def load(settings: RunnerSettings, environ: Mapping[str, str] | None = None) -> 
 
     try:
         importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and not _names_part_of(module, exc.name):
+            raise _not_installed(exc.name, f"settings module {module!r}") from None
+        raise ProjectError(
+            f"cannot import settings module {module!r} from {project_dir}: {exc} (is the "
+            "project mounted at the project directory, and the module name right?)"
+        ) from None
     except ImportError as exc:
         raise ProjectError(
             f"cannot import settings module {module!r} from {project_dir}: {exc} (is the "
@@ -71,13 +80,36 @@ def load(settings: RunnerSettings, environ: Mapping[str, str] | None = None) -> 
     _wrap_logging_config(settings)
     import django
 
-    django.setup()
+    try:
+        django.setup()
+    except ModuleNotFoundError as exc:  # an INSTALLED_APPS entry, or a module one imports
+        if not exc.name:
+            raise
+        raise _not_installed(
+            exc.name, "the project (INSTALLED_APPS or the code it loads)"
+        ) from None
     from django.apps import apps
 
     if not apps.is_installed("everystep"):
         raise ProjectError(f"'everystep' is not in INSTALLED_APPS of {module}: add it")
     # everystep's AppConfig.ready() has imported every app's workflows module by now.
     return module
+
+
+def _names_part_of(module: str, missing: str) -> bool:
+    """Whether ``missing`` is ``module`` itself or one of its packages."""
+    return module == missing or module.startswith(missing + ".")
+
+
+def _not_installed(missing: str, where: str) -> ProjectError:
+    top = missing.split(".")[0]
+    return ProjectError(
+        f"{where} imports {missing!r}, which is not installed in this image. If it is a "
+        f"package the project depends on (the distribution that provides {top!r}), "
+        "install the project's requirements in an image derived FROM everystep-runner "
+        f"({DEPENDENCIES_DOC}); if it is a module of the project, it is missing from the "
+        "mount"
+    )
 
 
 def _apply_overrides(settings: RunnerSettings) -> None:

@@ -113,7 +113,17 @@ def _plain_source(target: Path) -> None:
     subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
 
 
-@pytest.mark.parametrize("script", sorted(SMOKE))
+def _on_the_servers(script: str) -> pytest.ParameterSet:
+    """The script as a parameter, marked with the shared server it uses (PostgreSQL's,
+    unless it brings clusters of its own), so no test that stops that server runs beside
+    it (tests/exclusive.py)."""
+    flags = " ".join(SMOKE[script][1])
+    uses_postgres = "--db postgres" in flags or script == "waiters_held.py"
+    marks = [pytest.mark.servers("postgres")] if uses_postgres else []
+    return pytest.param(script, marks=marks, id=script)
+
+
+@pytest.mark.parametrize("script", [_on_the_servers(script) for script in sorted(SMOKE)])
 def test_bench_script_runs_at_a_tiny_n(script: str, tmp_path: Path) -> None:
     """The script exits 0 and appends its result line to the temporary results directory."""
     kind, invocations = SMOKE[script]

@@ -119,6 +119,14 @@ class Database:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test with the host PostgreSQL's ``database`` uses that server: no test that
+    stops it runs beside it (tests/exclusive.py)."""
+    for item in items:
+        if "database" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.servers("postgres"))
+
+
 @pytest.fixture
 def database() -> Iterator[Database]:
     db = Database()
