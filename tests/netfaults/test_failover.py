@@ -68,13 +68,16 @@ def database_env(suffix: str, port: int) -> dict[str, str]:
     """The environment of a ``manage.py`` subprocess (a worker, a migrate) that uses the
     test database ``everystep_test_<suffix>`` on 127.0.0.1:``port`` (tests/settings.py)."""
     env = worker_env()
-    for key in ("EVERYSTEP_TEST_PGBOUNCER", "EVERYSTEP_TEST_ALIAS", "PYTEST_XDIST_WORKER"):
+    for key in ("EVERYSTEP_TEST_PGBOUNCER", "EVERYSTEP_TEST_ALIAS"):
         env.pop(key, None)
     env.update(
         EVERYSTEP_TEST_DB="postgres",
         EVERYSTEP_TEST_PG_HOST="127.0.0.1",
         EVERYSTEP_TEST_PG_PORT=str(port),
         EVERYSTEP_TEST_DB_SUFFIX=suffix,
+        # Empty, not absent: this environment is laid over worker_env(), which copies a
+        # pytest-xdist worker's id, and tests/settings.py would add it to the name.
+        PYTEST_XDIST_WORKER="",
     )
     return env
 
