@@ -4,6 +4,7 @@ outside OPTIONS decides (libpq's environment, a service, a MySQL option file).""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,7 +30,9 @@ def alias(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     name = conf.database()
     network.configure(0)  # takes everystep's keys back
     settings = connections.settings[name]
-    options = settings["OPTIONS"]
+    # A copy: a test may change the dict in place (a service added to it), which the next
+    # connection of a later test would otherwise still carry.
+    options = copy.deepcopy(settings["OPTIONS"])
     yield name
     connections.settings.pop(TWIN, None)
     connections.settings[name] = settings
