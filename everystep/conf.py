@@ -36,6 +36,18 @@ DEFAULTS: dict[str, object] = {
 }
 
 METRICS_VIEW_MODES = ("permission", "public", "off")
+# Every Django setting everystep reads: the above, the aliases, and the worker options
+# that have one. (The runner warns of an EVERYSTEP_* variable that is none of these and
+# none of its own settings: a misspelling.)
+SETTING_NAMES: frozenset[str] = frozenset(
+    {
+        *DEFAULTS,
+        "EVERYSTEP_DATABASE",
+        "EVERYSTEP_LISTEN_DATABASE",
+        "EVERYSTEP_PREPARED_STATEMENTS",
+        *(option.setting for option in options.OPTIONS if option.setting),
+    }
+)
 
 
 def get(name: str) -> object:

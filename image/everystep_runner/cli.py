@@ -34,6 +34,7 @@ from everystep_runner.settings import (
     fallback,
     load,
     probe_address,
+    unknown_variables,
     worker_flags,
     worker_options,
 )
@@ -108,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"everystep-runner: invalid configuration:\n{exc}", file=sys.stderr)
         return 2
+    for line in unknown_variables(os.environ):
+        print(f"everystep-runner: warning: {line}", file=sys.stderr)
     role, args = (command[0], command[1:]) if command else ("worker", [])
     if role in COMMAND_ROLES:
         command = [COMMAND_ROLES[role], *args]

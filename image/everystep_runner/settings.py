@@ -9,6 +9,7 @@ project's Django setting, else its own default.
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -139,6 +140,31 @@ class _Recorded(PydanticBaseSettingsSource):
     def __call__(self) -> dict[str, Any]:
         self.values = self.source()
         return self.values
+
+
+# EVERYSTEP_* variables that are no runner setting but are read by others: the demo's data
+# directory (the image sets it) and the test suite's.
+_OTHERS_VARIABLES = ("EVERYSTEP_DEMO_DATA",)
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """One line per ``EVERYSTEP_*`` variable that names no runner setting (nor a Django
+    setting of everystep's, which a project's settings.py may take from the environment
+    under its own name): the runner ignores it, and a misspelt TOML key is an error, so
+    it is said, with the nearest setting's variable."""
+    from everystep.conf import SETTING_NAMES
+
+    runner = {_env(name) for name in NAMES}
+    known = runner | {f"{var}_FILE" for var in runner} | {CONFIG_ENV, f"{CONFIG_ENV}_FILE"}
+    known |= SETTING_NAMES | set(_OTHERS_VARIABLES)
+    lines = []
+    for var in sorted(environ):
+        if not var.startswith(ENV_PREFIX) or var in known or var.startswith("EVERYSTEP_TEST_"):
+            continue
+        close = difflib.get_close_matches(var.removesuffix("_FILE"), sorted(runner), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        lines.append(f"{var} is not a runner setting: ignored{hint}")
+    return lines
 
 
 def load(argv_flags: Mapping[str, Any] | None = None) -> RunnerSettings:

@@ -837,3 +837,37 @@ def test_help_lists_every_runner_flag(capsys: pytest.CaptureFixture[str]) -> Non
         assert f"--{name.replace('_', '-')}" in out
     assert "--no-notify" in out
     assert " ".join(BY_NAME["heartbeat"].help.split()[:3]) in " ".join(out.split())
+
+
+def test_an_everystep_variable_that_is_no_setting_is_named_with_the_nearest_one() -> None:
+    """A misspelt TOML key is an error; a misspelt variable was ignored without a word. It
+    is a warning line (a project's settings.py may read variables of its own under the
+    prefix, so not an error), naming the setting it most likely meant."""
+    from everystep_runner.settings import unknown_variables
+
+    environ = {
+        "EVERYSTEP_POLL_INTERVAL": "1",  # misspelt
+        "EVERYSTEP_DRAN": "30",  # misspelt
+        "EVERYSTEP_POOL": "4",  # a runner setting
+        "EVERYSTEP_DATABASE_URL_FILE": "/run/secrets/url",  # its _FILE form
+        "EVERYSTEP_MAX_RECOVERIES": "3",  # a Django setting a settings.py may read
+        "EVERYSTEP_DEMO_DATA": "/tmp/demo",  # the image's own
+        "EVERYSTEP_TEST_DB": "sqlite",  # the suite's
+        "PATH": "/usr/bin",
+    }
+    assert unknown_variables(environ) == [
+        "EVERYSTEP_DRAN is not a runner setting: ignored (did you mean EVERYSTEP_DRAIN?)",
+        "EVERYSTEP_POLL_INTERVAL is not a runner setting: ignored (did you mean EVERYSTEP_POLL?)",
+    ]
+
+
+def test_the_cli_warns_of_an_unknown_variable_and_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("EVERYSTEP_HEARTBEET", "2")
+    monkeypatch.delenv("DJANGO_SETTINGS_MODULE", raising=False)  # no project to load
+    code = main(["--project-dir", str(tmp_path), "config"])
+    err = capsys.readouterr().err
+    assert "warning: EVERYSTEP_HEARTBEET is not a runner setting: ignored" in err
+    assert "did you mean EVERYSTEP_HEARTBEAT?" in err
+    assert code == 1  # the config role ran: no project in tmp_path
