@@ -30,6 +30,9 @@ from tests.netfaults.proxy import Proxy
 POSTGRES = ("127.0.0.1", 5432)
 MARIADB = ("127.0.0.1", 3306)
 ROOT = Path(__file__).resolve().parents[2]
+# Both host servers, whatever the session's: no test that stops one runs beside these
+# (tests/exclusive.py).
+pytestmark = pytest.mark.servers("postgres", "mariadb")
 
 
 def pg(address: tuple[str, int]) -> psycopg.Connection:
