@@ -9,8 +9,10 @@ A row of another boot is either a live process's, which beats every ``heartbeat`
 seconds, or a dead one's, which a crashed predecessor left (a clean shutdown removes its
 row). A row whose process is provably gone is taken over at once: written on this host,
 in this pid space (``runners.is_this_host``), by a pid that no longer runs, or that is
-this process's own (a container restarted in place gives its new process the old pid).
-That is the restart after a crash, and its runs are caught up as soon as it starts.
+this process's own now (pids are reused). That is the restart after a crash on a host
+or VM (systemd, a shell, a supervisor), and its runs are caught up as soon as it starts.
+A container restarted by its orchestrator starts in a new pid namespace: nothing there
+proves the old process gone, so its row is watched as below.
 
 Otherwise (another host, or a pid that is alive) the starting worker watches the row for
 up to two of the holder's heartbeat intervals (``MIN_WATCH`` at the least): if it moves,

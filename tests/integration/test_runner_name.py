@@ -207,9 +207,9 @@ def test_a_dead_looking_pid_elsewhere_is_no_proof_and_the_row_is_watched(caplog,
 
 
 def test_this_processs_own_pid_proves_death_only_without_a_worker_beating_under_it(caplog):
-    """A container restarted in place gives the new process its predecessor's pid: a row
-    with this process's pid and a boot no worker here holds is taken at once; the row of a
-    worker still running in this process is not (the embedded Worker may run twice)."""
+    """Pids are reused: a row naming this process's pid, under a boot no worker of this
+    process holds, is a predecessor's and is taken at once; the row of a worker still
+    running in this process is not (the embedded Worker may run twice)."""
     with (
         caplog.at_level(logging.INFO, logger="everystep.worker"),
         worker_on_thread(name="twice", heartbeat=60),
