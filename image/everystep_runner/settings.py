@@ -143,7 +143,7 @@ class _Recorded(PydanticBaseSettingsSource):
 
 
 # EVERYSTEP_* variables that are no runner setting but are read by others: the demo's data
-# directory (the image sets it) and the test suite's.
+# directory (the image sets it). The test suite's EVERYSTEP_TEST_* are left out by prefix.
 _OTHERS_VARIABLES = ("EVERYSTEP_DEMO_DATA",)
 
 
