@@ -28,9 +28,9 @@ VENV_NEXT ?= .venv-django6
 VENV_TOOLS ?= .venv-tools
 # The long tiers run on this many pytest workers (pytest-xdist), each with a database of
 # its own on the same server: the suite mostly waits on worker subprocesses, so 2 in each
-# of `make test`'s two lanes keep a 2-core machine busy (3 per lane took 23 minutes in
-# all, but an agather() test on PostgreSQL timed out under that load twice in four
-# runs: docs/status.md). A test that stops a server runs alone (tests/exclusive.py).
+# of `make test`'s two lanes keep a 2-core machine busy (with 3 per lane one lane ran its
+# first six tiers in 18 minutes, but an agather() test on PostgreSQL timed out under that
+# load in two runs of four: docs/status.md). A test that stops a server runs alone (tests/exclusive.py).
 # TEST_JOBS=0 runs them in one process.
 TEST_JOBS ?= 2
 PYTEST_PARALLEL := $(BIN)/pytest -n $(TEST_JOBS) --dist worksteal
@@ -203,8 +203,8 @@ manifest-check: install-tools
 # Every tier, in two lanes that run side by side: the suite mostly waits (on worker
 # subprocesses, timeouts, image builds), and one lane alone leaves much of the 2 cores
 # idle. A test that stops a database server runs with no test that uses that server
-# beside it, whatever the lane (tests/exclusive.py). Each line of output starts with its tier's name; each tier is
-# timed into build/tiers.txt, printed at the end. A failed tier stops its lane, and the
+# beside it, whatever the lane (tests/exclusive.py). Each line of output starts with its
+# tier's name; each tier is timed into build/tiers.txt, printed at the end. A failed tier stops its lane, and the
 # other lane starts no new tier.
 LANE_1 := lint docs unit quickstart integration pgbouncer several-databases
 LANE_2 := manifest-check bench-smoke netfaults modes browser compat compose-check image-test
