@@ -61,14 +61,12 @@ def load(settings: RunnerSettings, environ: Mapping[str, str] | None = None) -> 
 
     try:
         importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name and not _names_part_of(module, exc.name):
-            raise _not_installed(exc.name, f"settings module {module!r}") from None
-        raise ProjectError(
-            f"cannot import settings module {module!r} from {project_dir}: {exc} (is the "
-            "project mounted at the project directory, and the module name right?)"
-        ) from None
     except ImportError as exc:
+        # A module the settings import, not the settings module (or its package) itself:
+        # the project is mounted, a package of its own is missing.
+        missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+        if missing and not _names_part_of(module, missing):
+            raise _not_installed(missing, f"settings module {module!r}") from None
         raise ProjectError(
             f"cannot import settings module {module!r} from {project_dir}: {exc} (is the "
             "project mounted at the project directory, and the module name right?)"
