@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.image.conftest import EXAMPLE, SECRET_KEY, podman, run
+from tests.image.conftest import EXAMPLE, SECRET_KEY, podman, run, wait_for
 
 # The Dockerfile of docs/running/runner-image.md, its FROM line aside.
 DOCUMENTED = """\
@@ -102,11 +102,7 @@ def test_the_derived_image_loads_the_project_and_runs_its_workflows(derived, dat
     run("-d", "--name", name, *env, "-e", "EVERYSTEP_NAME=derived", derived)
     try:
         done = "SELECT count(*) FROM everystep_workflow WHERE status = 'completed'"
-        for _ in range(240):
-            if database.query(done)[0][0] == 1:
-                break
-            podman("exec", name, "true")  # fails at once if the container died
-            subprocess.run(["sleep", "0.5"], check=True)
+        wait_for(lambda: database.query(done)[0][0] == 1, 120, "the run", name)
         assert database.query(done)[0][0] == 1, podman("logs", name).stdout
     finally:
         podman("rm", "-f", "-t", "0", name, check=False)

@@ -7,8 +7,6 @@ again, which applied that LOGGING over the runner's: bare lines, the level ignor
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -17,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_runner_probes import EXAMPLE, LOGGING_SETTINGS, ROOT, free_port, get
+from tests.integration.test_runner_probes import answering, free_port, logging_project_env
 
 FORMS = {
     "worker-role": ["worker"],
@@ -27,24 +25,13 @@ FORMS = {
 
 def runner(tmp_path: Path, level: str, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
     """The runner on the logging project (json, ``level``), its probes on a free port."""
-    (tmp_path / "logsite_settings.py").write_text(LOGGING_SETTINGS)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EVERYSTEP_")}
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "image"), str(tmp_path)])
     probe = free_port()
-    env |= {
-        "HOME": str(tmp_path),
-        "PYTHONUNBUFFERED": "1",
-        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
-        "EXAMPLE_HTTPS": "0",
-        "EVERYSTEP_PROJECT_DIR": str(EXAMPLE),
-        "EVERYSTEP_SETTINGS_MODULE": "logsite_settings",
-        "EVERYSTEP_DATABASE_URL": f"sqlite:///{tmp_path / 'runner.sqlite3'}",
-        "EVERYSTEP_METRICS_PORT": str(probe),
-        "EVERYSTEP_METRICS_BIND": "127.0.0.1",
-        "EVERYSTEP_LOG_FORMAT": "json",
-        "EVERYSTEP_LOG_LEVEL": level,
-    }
+    env = logging_project_env(
+        tmp_path,
+        EVERYSTEP_METRICS_PORT=str(probe),
+        EVERYSTEP_METRICS_BIND="127.0.0.1",
+        EVERYSTEP_LOG_LEVEL=level,
+    )
     command = [sys.executable, "-m", "everystep_runner"]
     migrated = subprocess.run(
         [*command, "migrate", "-v", "0"], env=env, cwd=tmp_path, capture_output=True, timeout=120
@@ -56,18 +43,11 @@ def runner(tmp_path: Path, level: str, *args: str) -> tuple[subprocess.Popen[byt
             [*command, *args], env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT
         )
     deadline = time.monotonic() + 90
-    while not _answers(f"http://127.0.0.1:{probe}/healthz"):
+    while not answering(f"http://127.0.0.1:{probe}/healthz"):
         assert proc.poll() is None, f"the runner exited:\n{log.read_text()[-4000:]}"
         assert time.monotonic() < deadline, f"no probe answer:\n{log.read_text()[-4000:]}"
         time.sleep(0.2)
     return proc, log
-
-
-def _answers(url: str) -> bool:
-    try:
-        return get(url)[0] == 200
-    except OSError:
-        return False
 
 
 def stopped(proc: subprocess.Popen[bytes], log: Path) -> list[str]:

@@ -106,7 +106,7 @@ def test_a_silent_row_is_watched_then_taken_over_and_its_runs_resumed(caplog):
     ):
         wait_until(lambda: Workflow.objects.get(id=run.id).status == "completed", 60, "the run")
     assert started.raised == []
-    events = [getattr(record, "event", "") for record in caplog.records]
+    events = events_of(caplog)
     assert events.index("worker.name_wait") < events.index("worker.name_taken_over")
     assert events.index("worker.name_taken_over") < events.index("worker.catchup")
 
@@ -144,8 +144,7 @@ def test_a_stop_while_watching_the_name_returns_without_taking_it(caplog):
     run = parked("patient")
     with caplog.at_level(logging.INFO, logger="everystep.worker"):
         started = WorkerThread(name="patient", heartbeat=60).start()
-        events = lambda: [getattr(record, "event", "") for record in caplog.records]  # noqa: E731
-        wait_until(lambda: "worker.name_wait" in events(), 60, "the watch")
+        wait_until(lambda: "worker.name_wait" in events_of(caplog), 60, "the watch")
     started.stop()
     assert started.returned == [True]
     assert Runner.objects.get(name="patient").boot_id == row.boot_id

@@ -79,6 +79,28 @@ def get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
+def logging_project_env(tmp: Path, **more: str) -> dict[str, str]:
+    """The environment of a runner subprocess on the example project with the LOGGING
+    above (written to ``tmp``, importable from there), json logs, a SQLite file in
+    ``tmp``: this checkout's code, none of the developer's EVERYSTEP_* settings."""
+    (tmp / "logsite_settings.py").write_text(LOGGING_SETTINGS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVERYSTEP_")}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    env.pop("XDG_RUNTIME_DIR", None)
+    return env | {
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "image"), str(tmp)]),
+        "HOME": str(tmp),
+        "PYTHONUNBUFFERED": "1",
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+        "EXAMPLE_HTTPS": "0",
+        "EVERYSTEP_PROJECT_DIR": str(EXAMPLE),
+        "EVERYSTEP_SETTINGS_MODULE": "logsite_settings",
+        "EVERYSTEP_DATABASE_URL": f"sqlite:///{tmp / 'runner.sqlite3'}",
+        "EVERYSTEP_LOG_FORMAT": "json",
+        **more,
+    }
+
+
 def answering(url: str) -> bool:
     try:
         return get(url)[0] == 200
@@ -91,26 +113,10 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
     """The ui role with two gunicorn workers, its probes on 127.0.0.1, the project's
     LOGGING above, json logs; on a SQLite file never migrated (no page needs a table)."""
     tmp = tmp_path_factory.mktemp("ui-role")
-    (tmp / "logsite_settings.py").write_text(LOGGING_SETTINGS)
     port, probe_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EVERYSTEP_")}
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    # The code under test is this checkout's; the settings module above is importable.
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "image"), str(tmp)])
-    env |= {
-        "HOME": str(tmp),
-        "XDG_RUNTIME_DIR": "",
-        "PYTHONUNBUFFERED": "1",
-        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
-        "EXAMPLE_HTTPS": "0",
-        "EVERYSTEP_PROJECT_DIR": str(EXAMPLE),
-        "EVERYSTEP_SETTINGS_MODULE": "logsite_settings",
-        "EVERYSTEP_DATABASE_URL": f"sqlite:///{tmp / 'ui.sqlite3'}",
-        "EVERYSTEP_UI_BIND": f"127.0.0.1:{port}",
-        "EVERYSTEP_METRICS_PORT": str(probe_port),
-        "EVERYSTEP_LOG_FORMAT": "json",
-    }
-    env.pop("XDG_RUNTIME_DIR")
+    env = logging_project_env(
+        tmp, EVERYSTEP_UI_BIND=f"127.0.0.1:{port}", EVERYSTEP_METRICS_PORT=str(probe_port)
+    )
     log = tmp / "ui.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
