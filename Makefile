@@ -30,7 +30,7 @@ VENV_TOOLS ?= .venv-tools
 # its own on the same server: the suite mostly waits on worker subprocesses, so 2 in each
 # of `make test`'s two lanes keep a 2-core machine busy (with 3 per lane one lane ran its
 # first six tiers in 18 minutes, but an agather() test on PostgreSQL timed out under that
-# load in two runs of four: docs/status.md). A test that stops a server runs alone (tests/exclusive.py).
+# load in two runs of four; with 2 it still failed once in two: docs/status.md). A test that stops a server runs alone (tests/exclusive.py).
 # TEST_JOBS=0 runs them in one process.
 TEST_JOBS ?= 2
 PYTEST_PARALLEL := $(BIN)/pytest -n $(TEST_JOBS) --dist worksteal
