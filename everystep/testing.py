@@ -66,10 +66,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
+
+from django.utils import timezone
 
 from everystep import registry
 from everystep.engine.core import crashes, kinds
@@ -77,9 +80,10 @@ from everystep.engine.execute import run_pass
 from everystep.engine.operations import waits
 from everystep.errors import EverystepError
 from everystep.models import Workflow
-from everystep.store.claims import claim_due, reclaim_parked
+from everystep.store.claims import claim_due, next_due, reclaim_parked
 from everystep.store.runs import get_run
 from everystep.store.timeshift import shift_pending
+from everystep.values import Claim
 
 DEFAULT_RUNNER = "everystep-testing"
 # Far beyond any test, and short enough that a time moved earlier stays one every
@@ -109,7 +113,7 @@ def run_due(
     queue = reclaim_parked(runner)
     while passes < max_passes:
         if not queue:
-            queue = claim_due(runner, 1)
+            queue = _claim_one(runner)
             if not queue:
                 break
         current = queue.pop(0)
@@ -117,6 +121,28 @@ def run_due(
         seen[current.run_id] = None
         passes += 1
     return [run for run_id in seen if (run := get_run(run_id)) is not None]
+
+
+# How long run_due() waits for a due run whose row another connection holds.
+LOCKED_PATIENCE = 2.0
+
+
+def _claim_one(runner: str) -> list[Claim]:
+    """One due run, or none. A claim skips rows other connections hold (SKIP LOCKED),
+    and a run a waiter is marking, or a worker is releasing, is held for an instant:
+    when the claim comes back empty while a run is due, look again for a moment rather
+    than leave that run ``scheduled`` behind the test's back."""
+    deadline = time.monotonic() + LOCKED_PATIENCE
+    pause = 0.005
+    while True:
+        claimed = claim_due(runner, 1)
+        if claimed or time.monotonic() >= deadline:
+            return claimed
+        due = next_due()
+        if due is None or due > timezone.now():
+            return claimed
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 def _advance(value: timedelta | float) -> timedelta:
