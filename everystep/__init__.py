@@ -9,7 +9,8 @@ The package, in layers that import downwards only (``tests/unit/test_layers.py``
   ``stored_errors`` (stored exceptions), ``stored_types`` (the classes a stored value
   may name), ``failure_detail`` (stored tracebacks),
   ``wait_words``, ``times``, ``registry``, ``task_framework`` (``django.tasks`` or its
-  backport), ``conf`` (settings), ``checks`` (system checks);
+  backport), ``conf`` (settings), ``checks`` (system checks), ``code_version`` (which
+  version of the project's code this process runs);
 - ``models/`` (tables, status transitions, the fencing rule) and ``migrations``;
 - ``store/``: every query and write;
 - ``engine/`` (replay and the body's operations), and beside it ``context``, ``metrics``,

@@ -45,6 +45,7 @@ SETTING_NAMES: frozenset[str] = frozenset(
         "EVERYSTEP_DATABASE",
         "EVERYSTEP_LISTEN_DATABASE",
         "EVERYSTEP_PREPARED_STATEMENTS",
+        "EVERYSTEP_CODE_VERSION",
         *(option.setting for option in options.OPTIONS if option.setting),
     }
 )
@@ -184,6 +185,10 @@ def _forget(*, setting: str, **_: Any) -> None:
         listen_database.cache_clear()
     if setting == "EVERYSTEP_PREPARED_STATEMENTS":
         prepared_statements.cache_clear()
+    if setting == "EVERYSTEP_CODE_VERSION":
+        from everystep import code_version
+
+        code_version.forget()
 
 
 setting_changed.connect(_forget)

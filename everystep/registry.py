@@ -185,6 +185,12 @@ def registered_task(name: str) -> Any:
     return _tasks.get(name)
 
 
+def registered_task_names() -> list[str]:
+    """The names of every ``Task`` recorded so, sorted."""
+    with _lock:
+        return sorted(_tasks)
+
+
 def registered_task_functions() -> list[Callable[..., Any]]:
     """The functions of every ``Task`` recorded so (``everystep.stored_types`` reads the
     types their code names)."""

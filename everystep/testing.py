@@ -84,6 +84,7 @@ from everystep.store.claims import claim_due, next_due, reclaim_parked
 from everystep.store.runs import get_run
 from everystep.store.timeshift import shift_pending
 from everystep.values import Claim
+from everystep.worker import carrying
 
 DEFAULT_RUNNER = "everystep-testing"
 # Far beyond any test, and short enough that a time moved earlier stays one every
@@ -132,13 +133,14 @@ def _claim_one(runner: str) -> list[Claim]:
     and a run a waiter is marking, or a worker is releasing, is held for an instant:
     when the claim comes back empty while a run is due, look again for a moment rather
     than leave that run ``scheduled`` behind the test's back."""
+    mine = carrying.current()  # as a worker on this code would claim
     deadline = time.monotonic() + LOCKED_PATIENCE
     pause = 0.005
     while True:
-        claimed = claim_due(runner, 1)
+        claimed = claim_due(runner, 1, mine)
         if claimed or time.monotonic() >= deadline:
             return claimed
-        due = next_due()
+        due = next_due(mine)
         if due is None or due > timezone.now():
             return claimed
         time.sleep(pause)

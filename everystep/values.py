@@ -34,6 +34,15 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Carrying:
+    """What a worker can carry on: its code version and the run names it has (its
+    workflows and tasks). A claim made with it takes only such runs."""
+
+    code_version: str
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class RecordedStep:
     """A ``Step`` row as the engine needs it for replay."""
 
@@ -45,3 +54,5 @@ class RecordedStep:
     # Its stored ``[args, kwargs]``, loaded for an async run's pass only: there a served
     # step is checked against the call that reaches it (``engine.asynchronous.async_steps``).
     call: Any = field(default=None, compare=False, repr=False)
+    # The code version that wrote it (``everystep.code_version``); None if not known.
+    code_version: str | None = field(default=None, compare=False)

@@ -12,10 +12,10 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
-from everystep import conf, registry, serde, signals, tracing
+from everystep import code_version, conf, registry, serde, signals, tracing
 from everystep.engine.asynchronous.offload import offload
 from everystep.engine.core.crashes import simulated_crash
-from everystep.engine.core.outcome import PassResult, abandon, end_pass, finish
+from everystep.engine.core.outcome import PassResult, abandon, end_pass, finish, hand_back
 from everystep.engine.core.pass_state import AsyncPass, Frame, RunState, Scope, current_frame
 from everystep.errors import EverystepError, RunInterrupted, StoreUnavailable, TooManyRecoveries
 from everystep.models import FINAL_STATUSES, Status
@@ -103,6 +103,10 @@ def begin_pass(claim: Claim, should_drain: Callable[[], bool]) -> Begun | PassRe
     name = claim.workflow
     assert name is not None
     defn = registry.definition(name)
+    if defn is None and _scheduled_by_other_code(claim):
+        # Taken back under this worker's name (a catchup): not its to fail.
+        unknown = EverystepError(f"no workflow or task {name!r} in this code")
+        return hand_back(claim, name, unknown, left_by=code_version.current())
     refusal = _refusal(claim, name, defn)
     if refusal is not None:
         return finish(claim, name, time.monotonic(), Status.FAILED, exc=refusal)
@@ -145,6 +149,14 @@ def end_begun(begun: Begun, began: float, value: Any, outcome: BaseException | N
     if begun.defn.finished is not None and ended.status in FINAL_STATUSES:
         begun.defn.finished(state.claim, state.workflow_name)
     return ended
+
+
+def _scheduled_by_other_code(claim: Claim) -> bool:
+    """Whether the run was scheduled by another version of the code (a worker claims
+    such runs of names it lacks only as a catchup of runs held under its name)."""
+    row = get_run(claim.run_id)
+    scheduled_by = None if row is None else row.code_version
+    return scheduled_by is not None and scheduled_by != code_version.current()
 
 
 def _refusal(claim: Claim, name: str, defn: registry.WorkflowDef | None) -> EverystepError | None:

@@ -65,6 +65,10 @@ class Runner(EverystepModel):
     # The holder's heartbeat interval, in seconds: a worker watching the name waits two of
     # the holder's beats, not two of its own. NULL: an older release's row.
     heartbeat = models.FloatField(blank=True, null=True)
+    # The holder's code version and the run names it carries (its workflows and tasks):
+    # which due runs no live worker can carry. NULL: an older release's row.
+    code_version = models.CharField(max_length=64, blank=True, null=True)
+    carries = models.JSONField(blank=True, null=True)
 
     class Meta:
         # Its own Meta: one inherited from EverystepModel would record the base manager

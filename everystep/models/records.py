@@ -32,6 +32,10 @@ class Step(EverystepModel):
     # Who settled this step's outcome by hand (``everystep_resolve_step``, the UI), at
     # ``finished_at``; NULL for an outcome the step's own body gave.
     settled_by = models.CharField(max_length=255, null=True, blank=True)
+    # The code version of the worker that recorded it: a replay that finds a record its
+    # code would not make tells newer code (another version) from a change that broke
+    # determinism (its own). NULL: written by hand, by a fork, or by an older release.
+    code_version = models.CharField(max_length=64, null=True, blank=True)
 
     class Meta:
         constraints = [

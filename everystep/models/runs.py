@@ -151,6 +151,13 @@ class Workflow(EverystepModel):
     queue = models.CharField(max_length=255, null=True, blank=True)
     attempts = models.JSONField(null=True, blank=True)
     resumes = models.BooleanField(null=True, blank=True)
+    # The version of the code that scheduled the run (``everystep.code_version``): a worker
+    # on other code leaves a run of a workflow it does not have for a worker that has it;
+    # one on this very code (or for a row without it) fails it once, as unknown.
+    code_version = models.CharField(max_length=64, null=True, blank=True)
+    # The code version of the last worker that handed the run back unchanged, its
+    # records showing code it does not have: no worker on that version claims it again.
+    handed_back_by = models.CharField(max_length=64, null=True, blank=True)
 
     class Meta:
         constraints = [

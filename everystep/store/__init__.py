@@ -26,6 +26,7 @@ A run's life, in the order it meets them:
 - ``run_waits``: runs waiting for other runs to end (``result``, ``gather``);
 - ``published``: the values runs publish, written and read back;
 - ``runners``: heartbeats and requeueing the runs of runners that are gone;
+- ``carrying``: due runs that wait for a worker on other code;
 - ``forks``: writing a fork (the new run and the copies of its original's records);
 - ``timeshift``: moving pending times earlier, for ``everystep.testing.run_due(advance=…)``;
 - ``task_attempts``: the attempts of a Django ``@task``'s run.

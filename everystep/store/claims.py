@@ -30,7 +30,7 @@ from everystep.models import Status, Step, Workflow, take_fields
 from everystep.store import database
 from everystep.store.sql import RUNS, SCHEDULED, STEPS, Vendor, current
 from everystep.times import from_row
-from everystep.values import Claim
+from everystep.values import Carrying, Claim
 
 _TAKE_COLUMNS = tuple(take_fields("", uuid.UUID(int=0), None))  # values: all parameters
 
@@ -48,9 +48,45 @@ def _taken(run: str) -> str:
 
 
 _RETURNING = f"RETURNING {_taken(RUNS)}"
-# Due runs, in the order they became due: the (status, due_at, id) index walks them and
-# stops before the first run still sleeping or waiting.
-_DUE = f"{SCHEDULED} AND due_at <= %s ORDER BY due_at, id"
+
+
+def _due(db: Vendor, names: int | None) -> str:
+    """Due runs, in the order they became due: the (status, due_at, id) index walks them
+    and stops before the first run still sleeping or waiting. With ``names`` (how many
+    the worker carries; None: no filter), only runs it can carry (``_carried``)."""
+    carried = "" if names is None else f" AND {_carried(db, names)}"
+    return f"{SCHEDULED} AND due_at <= %s{carried} ORDER BY due_at, id"
+
+
+def _carried(db: Vendor, names: int) -> str:
+    """The runs a worker on another code version may take: of a workflow or task it has
+    (or scheduled by its own code version, or by code that did not say: it fails those
+    once, as unknown), and not handed back by a worker on its version. Parameters:
+    ``_carried_params``. Runs left so sit at the head of the index walk, each claim
+    stepping over them: a cost only while they wait for the code."""
+    if db.vendor == "postgresql":
+        known = "name = ANY(%s)"
+    else:
+        known = f"name IN ({', '.join(['%s'] * names)})" if names else "1 = 0"
+    return (
+        f"({known} OR code_version IS NULL OR code_version = %s)"
+        " AND (handed_back_by IS NULL OR handed_back_by <> %s)"
+    )
+
+
+def _carried_params(db: Vendor, carrying: Carrying | None) -> list[Any]:
+    if carrying is None:
+        return []
+    names: list[Any] = [list(carrying.names)] if db.vendor == "postgresql" else [*carrying.names]
+    return [*names, carrying.code_version, carrying.code_version]
+
+
+def _statement_key(db: Vendor, what: str, carrying: Carrying | None) -> tuple[str, int | None]:
+    """The cache key of statement ``what`` and the count of names it is written for."""
+    if carrying is None:
+        return what, None
+    names = len(carrying.names)
+    return f"{what}:{'any' if db.vendor == 'postgresql' else names}", names
 
 
 def _marks() -> str:
@@ -59,7 +95,7 @@ def _marks() -> str:
     return f"{taken}, started_at = COALESCE(started_at, %s)"
 
 
-def _claim_statement(db: Vendor) -> str:
+def _claim_statement(db: Vendor, names: int | None) -> str:
     marks = _marks()
     if db.vendor == "postgresql":
         # The locking subquery must run exactly once. Inside `id IN (…)` the planner may
@@ -70,58 +106,67 @@ def _claim_statement(db: Vendor) -> str:
         # condition made the planner walk every scheduled run for each claim.
         return f"""
 WITH due AS MATERIALIZED (
-       SELECT id FROM {RUNS} WHERE {_DUE} LIMIT %s FOR UPDATE SKIP LOCKED)
+       SELECT id FROM {RUNS} WHERE {_due(db, names)} LIMIT %s FOR UPDATE SKIP LOCKED)
 UPDATE {RUNS} SET {marks} FROM due WHERE {RUNS}.id = due.id
 {_RETURNING}"""
     # SQLite holds its write lock for the whole statement: the subquery runs once.
     return f"""
 UPDATE {RUNS} SET {marks}
- WHERE {SCHEDULED} AND id IN (SELECT id FROM {RUNS} WHERE {_DUE} LIMIT %s)
+ WHERE {SCHEDULED} AND id IN (SELECT id FROM {RUNS} WHERE {_due(db, names)} LIMIT %s)
 {_RETURNING}"""
 
 
-def claim_due(runner: str, limit: int) -> list[Claim]:
+def claim_due(runner: str, limit: int, carrying: Carrying | None = None) -> list[Claim]:
     """Claim up to ``limit`` due runs for ``runner``, in the order they became due (for
-    runs scheduled to start at once: oldest first)."""
+    runs scheduled to start at once: oldest first). With ``carrying``, only runs a worker
+    on that code version, with those names, can carry on (``_carried``)."""
     if limit <= 0:
         return []
     token = uuid.uuid4()
     db, conn = current()
     if not db.returning:  # MariaDB/MySQL: no UPDATE … RETURNING
-        return _claim_locking(runner, token, limit)
-    statement = db.statement("claim", _claim_statement)
+        return _claim_locking(runner, token, limit, carrying)
+    key, names = _statement_key(db, "claim", carrying)
+    statement = db.statement(key, lambda made: _claim_statement(made, names))
     now = timezone.now()
     marks = db.mark_params(runner, token, now)
-    due = db.param("due_at", now)
+    due = [db.param("due_at", now), *_carried_params(db, carrying)]
     # PostgreSQL's statement names the due time and limit (in its CTE) before the marks.
-    params = [due, limit, *marks] if db.vendor == "postgresql" else [*marks, due, limit]
+    params = [*due, limit, *marks] if db.vendor == "postgresql" else [*marks, *due, limit]
     rows = db.execute(conn, statement, params).fetchall()
     claims = [_claim(runner, token, *row) for row in rows]
     return sorted(claims, key=lambda held: held.run_id)
 
 
-def next_due() -> datetime | None:
+def next_due(carrying: Carrying | None = None) -> datetime | None:
     """When the next scheduled run is due (possibly already), or None if none will be
     without an event: an idle worker's one statement per poll, which also tells it how
-    long it may wait."""
+    long it may wait. With ``carrying``, of the runs it would claim only: runs waiting
+    for other code do not keep it from idling."""
     db, conn = current()
-    statement = db.statement("next_due", _next_due_statement)
-    rows = db.execute(conn, statement).fetchall()
+    key, names = _statement_key(db, "next_due", carrying)
+    statement = db.statement(key, lambda made: _next_due_statement(made, names))
+    rows = db.execute(conn, statement, _carried_params(db, carrying)).fetchall()
     value = rows[0][0] if rows else None
     return None if value is None else from_row(value)
 
 
-def _next_due_statement(db: Vendor) -> str:
-    return f"SELECT MIN(due_at) FROM {RUNS} WHERE {SCHEDULED}"
+def _next_due_statement(db: Vendor, names: int | None) -> str:
+    carried = "" if names is None else f" AND {_carried(db, names)}"
+    return f"SELECT MIN(due_at) FROM {RUNS} WHERE {SCHEDULED}{carried}"
 
 
-def _claim_locking(runner: str, token: uuid.UUID, limit: int) -> list[Claim]:
+def _claim_locking(
+    runner: str, token: uuid.UUID, limit: int, carrying: Carrying | None
+) -> list[Claim]:
     db, conn = current()
     skip = " SKIP LOCKED" if conn.features.has_select_for_update_skip_locked else ""
-    select = f"SELECT {_taken('w')} FROM {RUNS} w WHERE w.{_DUE} LIMIT %s FOR UPDATE{skip}"
+    names = None if carrying is None else len(carrying.names)
+    due = _due(db, names)
+    select = f"SELECT {_taken('w')} FROM {RUNS} w WHERE {due} LIMIT %s FOR UPDATE{skip}"
     now = timezone.now()
     with database.atomic(), conn.cursor() as cursor:
-        cursor.execute(select, [db.param("due_at", now), limit])
+        cursor.execute(select, [db.param("due_at", now), *_carried_params(db, carrying), limit])
         rows = cursor.fetchall()
         if rows:
             marks = db.mark_params(runner, token, now)

@@ -133,9 +133,10 @@ def finish_run(
 
 
 @guarded
-def requeue_run(claim: Claim) -> bool:
-    """Put the run back to ``scheduled`` with its claim released; False if not ours."""
-    touched = Workflow.objects.held_by(claim).requeue()
+def requeue_run(claim: Claim, **also: Any) -> bool:
+    """Put the run back to ``scheduled`` with its claim released; False if not ours.
+    ``also``: more columns to set (``handed_back_by``)."""
+    touched = Workflow.objects.held_by(claim).requeue(**also)
     if touched:
         notify_due()
     return touched == 1

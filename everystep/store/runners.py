@@ -20,6 +20,7 @@ from everystep.models import Runner, Status, Workflow
 from everystep.store import audit, database
 from everystep.store.audit import Actor
 from everystep.store.wake import notify_due
+from everystep.values import Carrying
 
 
 def requeue_runner(name: str, *, actor: Actor | None = None, reason: str = "") -> list[UUID]:
@@ -68,6 +69,7 @@ def take_name(
     draining: bool,
     started_at: Any,
     heartbeat: float | None = None,
+    carrying: Carrying | None = None,
 ) -> bool:
     """Make boot ``boot_id`` of this process the holder of runner name ``name`` (its row
     written as ``beat`` writes it): insert its row if there is none (``replacing`` is
@@ -80,6 +82,8 @@ def take_name(
         "pid": os.getpid(),
         "process_space": process_space(),
         "heartbeat": heartbeat,
+        "code_version": None if carrying is None else carrying.code_version,
+        "carries": None if carrying is None else list(carrying.names),
         "pool_size": pool_size,
         "inflight": inflight,
         "draining": draining,

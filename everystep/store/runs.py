@@ -21,6 +21,7 @@ from django.db import (
 )
 from django.utils import timezone
 
+from everystep import code_version
 from everystep.errors import (
     EverystepError,
     StepFailure,
@@ -76,7 +77,12 @@ def _insert_run(
 ) -> Workflow:
     if idempotency_key is None:
         run = Workflow.objects.create(
-            name=name, args=args, due_at=due_at, parent_id=parent, queue=queue
+            name=name,
+            args=args,
+            due_at=due_at,
+            parent_id=parent,
+            queue=queue,
+            code_version=code_version.current(),
         )
         notify_due()
         return run
@@ -93,6 +99,7 @@ def _insert_run(
                 due_at=due_at,
                 parent_id=parent,
                 queue=queue,
+                code_version=code_version.current(),
             )
             notify_due()
             return run
@@ -176,14 +183,19 @@ def get_run(run_id: UUID | str) -> Workflow | None:
 def load_steps(run_id: UUID, *, calls: bool = False) -> dict[str, RecordedStep]:
     """Every recorded step of a run, by step id; with ``calls``, each with its stored
     arguments too."""
-    fields = ["step_id", "name", "status", "result", "error"]
+    fields = ["step_id", "name", "status", "result", "error", "code_version"]
     if not calls:
         rows = Step.objects.filter(workflow_id=run_id).values_list(*fields)
-        return {row[0]: RecordedStep(*row) for row in rows}
+        return {
+            step_id: RecordedStep(step_id, name, status, result, error, code_version=version)
+            for step_id, name, status, result, error, version in rows
+        }
     rows = Step.objects.filter(workflow_id=run_id).values_list(*fields, "args", "kwargs")
     return {
-        step_id: RecordedStep(step_id, name, status, result, error, call=[args, kwargs])
-        for step_id, name, status, result, error, args, kwargs in rows
+        step_id: RecordedStep(
+            step_id, name, status, result, error, call=[args, kwargs], code_version=version
+        )
+        for step_id, name, status, result, error, version, args, kwargs in rows
     }
 
 

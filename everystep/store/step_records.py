@@ -26,6 +26,7 @@ from typing import Any
 from django.db import IntegrityError, InterfaceError, OperationalError
 from django.utils import timezone
 
+from everystep import code_version
 from everystep.errors import AlreadyRecorded, ClaimLost, RunGone, StoreUnavailable
 from everystep.models import Status, StepStatus, Workflow, uuid7
 from everystep.store import database, run_waits
@@ -44,6 +45,7 @@ STEP_COLUMNS = (
     "error",
     "started_at",
     "finished_at",
+    "code_version",
 )
 _CONCLUDED = ("status", "result", "error", "finished_at")
 
@@ -117,6 +119,7 @@ def step_values(
         "error": error,
         "started_at": started_at,
         "finished_at": None if status == StepStatus.STARTED else timezone.now(),
+        "code_version": code_version.current(),
     }
 
 
@@ -159,6 +162,7 @@ def _insert_child(claim: Claim, child: Child) -> uuid.UUID:
         "updated_at": now,
         "due_at": now,
         "parent_id": claim.run_id,
+        "code_version": code_version.current(),
     }
     params = [db.param(column, value) for column, value in values.items()]
     db.execute(conn, db.statement("insert_child", _insert_child_statement), params)
@@ -171,8 +175,8 @@ def _insert_child_statement(db: Vendor) -> str:
     # Python, not in the table (``Workflow``'s fields).
     return (
         f"INSERT INTO {RUNS} (id, name, args, created_at, updated_at, due_at, parent_id, "
-        f"status, recoveries, awaited) VALUES (%s, %s, {db.placeholder('args')}, "
-        f"%s, %s, %s, %s, '{Status.SCHEDULED.value}', 0, FALSE)"
+        f"code_version, status, recoveries, awaited) VALUES (%s, %s, {db.placeholder('args')}, "
+        f"%s, %s, %s, %s, %s, '{Status.SCHEDULED.value}', 0, FALSE)"
     )
 
 

@@ -30,5 +30,13 @@ def worker_collector(worker: WorkerState) -> Any:
                 family = GaugeMetricFamily(name, doc, labels=["runner"])
                 family.add_metric([runner], value)
                 yield family
+            left = GaugeMetricFamily(
+                "everystep_worker_runs_left_for_other_code",
+                "Due runs this worker does not claim: their code is not its own.",
+                labels=["runner", "workflow"],
+            )
+            for workflow, count in sorted(worker.left_for_other_code.items()):
+                left.add_metric([runner, workflow], count)
+            yield left
 
     return WorkerCollector()

@@ -16,6 +16,7 @@ from django.db import connections
 from everystep.engine.core.outcome import report_requeued
 from everystep.store import database, run_waits, runners
 from everystep.store.guard import DATABASE_ERRORS
+from everystep.worker import carrying
 from everystep.worker.worker_state import WorkerState
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class Heartbeat(threading.Thread):
         # (monotonic; None: no failure yet). See ``may_sweep``.
         self.reconnected_at: float | None = None
         self.displaced = False  # another boot holds the name now (``_displaced_by``)
+        self.waiting_runs = carrying.WaitingRuns(worker)
 
     def beat(self) -> None:
         if self.displaced:
@@ -69,7 +71,11 @@ class Heartbeat(threading.Thread):
         """Make this boot the holder of the runner name, if ``replacing`` (the row as last
         read; ``None``: no row) is still as read (``runners.take_name``)."""
         sent = time.monotonic()
-        state = {**self._state(), "heartbeat": self.options.heartbeat}
+        state = {
+            **self._state(),
+            "heartbeat": self.options.heartbeat,
+            "carrying": carrying.current(),
+        }
         if not runners.take_name(self.options.name, self.boot_id, replacing, **state):
             return False
         self.worker.beat_written = sent
@@ -154,6 +160,7 @@ class Heartbeat(threading.Thread):
                 self.recover_orphans()
             # Waiters a dead worker's run ended without waking (``store.run_waits``).
             run_waits.sweep()
+            self.waiting_runs.check_if_due()
         except DATABASE_ERRORS as exc:
             self.worker.beat_failing = True
             logger.warning(

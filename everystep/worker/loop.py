@@ -30,7 +30,7 @@ from everystep.store.claims import claim_due, next_due, reclaim_parked, reclaim_
 from everystep.store.guard import DATABASE_ERRORS
 from everystep.store.wake import Listener, can_listen
 from everystep.values import Claim
-from everystep.worker import naming, passes, shutdown, supervisor
+from everystep.worker import carrying, naming, passes, shutdown, supervisor
 from everystep.worker.heartbeat import LOCK_WAIT, Heartbeat
 from everystep.worker.http import ProbeServer
 from everystep.worker.outage import Outage
@@ -310,14 +310,15 @@ class Worker:
         # An idle worker first asks when the next run is due (one cheap statement): it
         # claims only if one is due now, and otherwise knows how long it may wait.
         database.keep_lock_waits_short(LOCK_WAIT)
+        mine = carrying.current()
         if self._idle:
-            self._next_due = next_due()
+            self._next_due = next_due(mine)
             if self._next_due is None or self._next_due > timezone.now():
                 return []
         self._next_due = None
         if self._beat is not None:
             self._beat.freshen()  # back from a pause, this runner's row looks dead
-        return claim_due(self.options.name, limit)
+        return claim_due(self.options.name, limit, mine)
 
     def _until_due(self, poll: float) -> float:
         """Seconds to wait before the next tick: the poll, or less if a sleeping or

@@ -63,6 +63,9 @@ class WorkerState:
     last_tick: float = field(default_factory=time.monotonic)  # the claim loop is ticking
     last_beat: float = field(default_factory=time.monotonic)  # the heartbeat thread is
     beat_written: float | None = None  # when the last beat the database took was sent
+    # Due runs this worker leaves for a worker on other code, by name, at the last check
+    # (``worker.carrying``): the metrics read it.
+    left_for_other_code: dict[str, int] = field(default_factory=dict)
     # The heartbeat's last attempt failed on the database (readiness reads it).
     beat_failing: bool = False
     stop: threading.Event = field(default_factory=threading.Event)  # stop claiming, drain

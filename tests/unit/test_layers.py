@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "everystep.task_framework",
             "everystep.conf",
             "everystep.checks",
+            "everystep.code_version",
         ),
     ),
     ("models", ("everystep.models", "everystep.migrations")),

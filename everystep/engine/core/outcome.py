@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from everystep import failure_detail, safe_text, serde, signals, stored_errors
+from everystep import code_version, failure_detail, safe_text, serde, signals, stored_errors
 from everystep.engine.core.pass_state import RunState
 from everystep.engine.core.recorded import announce, flush, take_held
 from everystep.errors import (
@@ -34,6 +34,7 @@ from everystep.errors import (
     StoreUnavailable,
     Suspended,
     Terminal,
+    WorkflowCodeError,
 )
 from everystep.models import Status
 from everystep.store.outcome import finish_run, requeue_run, suspend_run
@@ -72,6 +73,8 @@ def end_pass(
         return _requeue(claim, workflow, outcome)
     if isinstance(outcome, RunInterrupted):
         return abandon(claim, workflow, str(outcome) or type(outcome).__name__, outcome)
+    if isinstance(outcome, WorkflowCodeError) and recorded_by_other_code(state, outcome):
+        return hand_back(claim, workflow, outcome, left_by=code_version.current())
     if isinstance(outcome, Terminal):
         status = Status.STOPPED
     elif isinstance(outcome, EffectUncertain):
@@ -92,6 +95,26 @@ def _flushed(state: RunState, outcome: RunInterrupted) -> RunInterrupted:
     except RunInterrupted as exc:
         return exc
     return outcome
+
+
+def recorded_by_other_code(state: RunState, exc: WorkflowCodeError) -> bool:
+    """Whether the record this replay could not follow was written by another version
+    of the code (a newer one, in a deploy): then the run is not this worker's to fail.
+    One written by this very version, or by code that did not say, is a real change
+    of the workflow's code: the run fails as ever."""
+    recorded = state.records.get(exc.step_id) if exc.step_id is not None else None
+    written_by = None if recorded is None else recorded.code_version
+    return written_by is not None and written_by != code_version.current()
+
+
+def hand_back(claim: Claim, workflow: str, exc: Exception, *, left_by: str | None) -> PassResult:
+    """Put the run back, unchanged, for a worker that has its code: ``left_by`` (this
+    worker's code version) keeps every worker on that version from claiming it again."""
+    if not requeue_run(claim, handed_back_by=left_by):
+        return abandon(claim, workflow, f"claim lost ({exc})")
+    reason = f"handed back unchanged for a worker on other code: {exc}"
+    report_requeued(claim.run_id, workflow, claim.runner, reason)
+    return PassResult("requeued", exc)
 
 
 def _suspend(claim: Claim, workflow: str, wait: Suspended) -> PassResult:
