@@ -1,0 +1,226 @@
+"""Two versions of a project's code against one database, as in a rolling deploy: real
+worker processes and a real "web" process, each started from its own code tree.
+
+The old tree has workflow ``deploy.kept`` (steps ``first`` then ``old_second``). The new
+tree adds workflow ``deploy.added`` and task ``deployapp.tasks.added_task``, and changes
+``deploy.kept`` behind ``patched("faster")`` to call ``new_second`` — then sleep, so that
+the run becomes due again after a deploy. Neither tree sets ``EVERYSTEP_CODE_VERSION``:
+each process works its version out from its tree's sources.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from everystep.models import Runner, Status, Step, Workflow
+from everystep.store.carrying import waiting_for_code
+from tests.workers import ROOT, running, worker_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SETTINGS = """\
+from tests.settings import *  # noqa: F403
+
+INSTALLED_APPS = [*INSTALLED_APPS, "deployapp"]  # noqa: F405
+"""
+
+FIRST = """\
+from everystep import sleep, step, workflow
+{patched}
+
+@step
+def first(x):
+    return x + 1
+
+
+@step
+def old_second(x):
+    return x * 10
+"""
+
+OLD_KEPT = """
+@workflow(name="deploy.kept")
+def kept(x, pause=0):
+    return old_second(first(x))
+"""
+
+NEW_KEPT = """
+@step
+def new_second(x):
+    return x * 100
+
+
+@workflow(name="deploy.kept")
+def kept(x, pause=0):
+    y = first(x)
+    z = new_second(y) if patched("faster") else old_second(y)
+    if pause:
+        sleep(pause)
+    return z
+
+
+@workflow(name="deploy.added")
+def added(x):
+    return first(x) * 2
+"""
+
+NEW_TASKS = """\
+try:
+    from django.tasks import task
+except ImportError:
+    from django_tasks import task
+
+
+@task
+def added_task(x):
+    return x + 1000
+"""
+
+
+def make_tree(root: Path, *, new: bool) -> Path:
+    (root / "deployapp").mkdir(parents=True)
+    (root / "deploy_settings.py").write_text(SETTINGS)
+    (root / "deployapp" / "__init__.py").write_text("")
+    workflows = FIRST.format(patched="from everystep import patched" if new else "")
+    (root / "deployapp" / "workflows.py").write_text(workflows + (NEW_KEPT if new else OLD_KEPT))
+    if new:
+        (root / "deployapp" / "tasks.py").write_text(NEW_TASKS)
+    return root
+
+
+def env_of(tree: Path) -> dict[str, str]:
+    return {**worker_env(str(tree)), "DJANGO_SETTINGS_MODULE": "deploy_settings"}
+
+
+def worker(tree: Path, name: str, log: Path) -> object:
+    command = [sys.executable, str(ROOT / "manage.py"), "everystep_worker", "--name", name]
+    return running([*command, "--poll", "0.05"], log, env_of(tree))
+
+
+def on_new_code(tree: Path, code: str) -> list[str]:
+    """Run ``code`` (which prints a JSON list of run ids) in a process of ``tree``: the
+    web process of that version."""
+    script = "import django, json\ndjango.setup()\n" + textwrap.dedent(code)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=env_of(tree),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return list(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def statuses(ids: list[str]) -> set[str]:
+    return set(Workflow.objects.filter(id__in=ids).values_list("status", flat=True))
+
+
+@pytest.fixture
+def trees(tmp_path: Path) -> tuple[Path, Path]:
+    return make_tree(tmp_path / "old", new=False), make_tree(tmp_path / "new", new=True)
+
+
+SCHEDULE_NEW = """
+from everystep import schedule
+from deployapp.tasks import added_task
+from deployapp.workflows import added
+runs = [schedule(added, n) for n in range(3)]
+results = [added_task.enqueue(n) for n in range(2)]
+print(json.dumps([str(r.id) for r in runs] + [r.id for r in results]))
+"""
+
+
+def test_an_old_worker_leaves_new_workflows_and_tasks_due_until_a_new_worker_runs_them(
+    trees: tuple[Path, Path], tmp_path: Path
+):
+    """Old worker, new web: runs of a workflow and a task the old code lacks stay
+    ``scheduled``, visibly (runners' page data, the runner row), never failed; a new
+    worker completes them."""
+    old, new = trees
+    with worker(old, "old-1", tmp_path / "old.log"):
+        wait_until(lambda: Runner.objects.filter(name="old-1").exists(), "the old worker")
+        ids = on_new_code(new, SCHEDULE_NEW)
+        # The old worker polls every 0.05 s: two seconds are forty chances to fail them.
+        time.sleep(2)
+        assert statuses(ids) == {Status.SCHEDULED}
+        assert not Step.objects.filter(workflow_id__in=ids).exists()
+        waiting = {w.name: w.count for w in waiting_for_code()}
+        assert waiting == {"deploy.added": 3, "deployapp.tasks.added_task": 2}
+        old_row = Runner.objects.get(name="old-1")
+        assert "deploy.kept" in old_row.carries and "deploy.added" not in old_row.carries
+        with worker(new, "new-1", tmp_path / "new.log"):
+            wait_until(lambda: statuses(ids) == {Status.COMPLETED}, "the new worker")
+            new_version = Runner.objects.get(name="new-1").code_version
+    runs = Workflow.objects.filter(id__in=ids)
+    assert new_version != old_row.code_version
+    assert set(runs.values_list("code_version", flat=True)) == {new_version}
+    assert "failed" not in (tmp_path / "old.log").read_text()
+
+
+def test_a_run_the_new_code_moved_on_is_handed_back_by_an_old_worker_not_failed(
+    trees: tuple[Path, Path], tmp_path: Path
+):
+    """A run of ``deploy.kept`` passed the patch on a new worker and sleeps; the new
+    worker is replaced by an old one before it wakes. The old worker hands it back
+    unchanged, never claims it again, and a new worker completes it as the new code
+    says."""
+    old, new = trees
+    [run_id] = on_new_code(
+        new,
+        """
+        from everystep import schedule
+        from deployapp.workflows import kept
+        print(json.dumps([str(schedule(kept, 1, 3).id)]))
+        """,
+    )
+    with worker(new, "new-1", tmp_path / "new-1.log"):
+        wait_until(
+            lambda: (
+                Workflow.objects.filter(id=run_id, status=Status.SCHEDULED).exists()
+                and Step.objects.filter(workflow_id=run_id, name__endswith="new_second").exists()
+            ),
+            "the run to sleep",
+        )
+    new_version = Step.objects.filter(workflow_id=run_id).values_list("code_version", flat=True)
+    with worker(old, "old-1", tmp_path / "old.log"):
+        wait_until(
+            lambda: Workflow.objects.filter(id=run_id).exclude(handed_back_by=None).exists(),
+            "the old worker to hand the run back",
+        )
+        time.sleep(1)  # twenty more polls: it does not take the run again
+        run = Workflow.objects.get(id=run_id)
+        assert run.status == Status.SCHEDULED and run.error is None
+        old_version = Runner.objects.get(name="old-1").code_version
+        assert run.handed_back_by == old_version
+        assert old_version not in set(new_version)
+        assert [w.name for w in waiting_for_code()] == ["deploy.kept"]
+        log = (tmp_path / "old.log").read_text()
+        assert log.count("handed back unchanged") == 1, log
+        with worker(new, "new-2", tmp_path / "new-2.log"):
+            wait_until(
+                lambda: Workflow.objects.get(id=run_id).status == Status.COMPLETED, "completion"
+            )
+    run = Workflow.objects.get(id=run_id)
+    assert run.result == 200  # first(1) = 2, then new_second: 2 * 100
+    assert run.claimed_by is None or run.claimed_by == "new-2"
+    # Every step ran once: no record was written twice or by the old code.
+    names = list(Step.objects.filter(workflow_id=run_id).values_list("name", flat=True))
+    assert not [name for name in names if name.endswith("old_second")]
+    assert len(names) == len(set(names))
