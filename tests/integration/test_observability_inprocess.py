@@ -134,10 +134,10 @@ def test_liveness_fails_when_the_claim_loop_is_wedged(monkeypatch):
     wedged, release = threading.Event(), threading.Event()
     real = loop.next_due
 
-    def maybe_stuck():
+    def maybe_stuck(carrying=None):
         if wedged.is_set():
             release.wait(60)
-        return real()
+        return real(carrying)
 
     # The idle worker's one statement per poll.
     monkeypatch.setattr(loop, "next_due", maybe_stuck)

@@ -310,8 +310,8 @@ def test_a_claim_whose_reply_was_lost_is_taken_back(monkeypatch, caplog):
     real = loop.claim_due
     lost: list[Any] = []
 
-    def reply_lost(runner: str, limit: int) -> Any:
-        claims = real(runner, limit)
+    def reply_lost(runner: str, limit: int, carrying: Any = None) -> Any:
+        claims = real(runner, limit, carrying)
         if claims and not lost:
             lost.extend(claims)
             raise OperationalError("Lost connection to server during query (injected)")
