@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from everystep import conf, safe_text
 from everystep.models import Status, Workflow
+from everystep.store.carrying import waiting_for_code
 from everystep.store.reports import COUNT_CAP, ID_PREFIX_MIN, list_runs, run_wait, status_counts
 from everystep.store.runners import held_runs, list_runners
 from everystep.store.runs import get_run
@@ -293,6 +294,7 @@ def runners(request: HttpRequest) -> HttpResponse:
         "refresh_seconds": _refresh(request),
         "rows": rows,
         "unknown_holders": sorted(held.items()),
+        "waiting_for_code": waiting_for_code(),
         "running": Status.RUNNING.value,
         "can_requeue": actions.may_requeue_runners(request),
     }

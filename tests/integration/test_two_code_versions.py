@@ -16,12 +16,17 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable
+from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
+from django.core.management import call_command
+from django.urls import reverse
 
 from everystep.models import Runner, Status, Step, Workflow
 from everystep.store.carrying import waiting_for_code
+from tests.staff import staff_user
 from tests.workers import ROOT, running, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -148,11 +153,11 @@ print(json.dumps([str(r.id) for r in runs] + [r.id for r in results]))
 
 
 def test_an_old_worker_leaves_new_workflows_and_tasks_due_until_a_new_worker_runs_them(
-    trees: tuple[Path, Path], tmp_path: Path
+    trees: tuple[Path, Path], tmp_path: Path, client: Any
 ):
     """Old worker, new web: runs of a workflow and a task the old code lacks stay
-    ``scheduled``, visibly (runners' page data, the runner row), never failed; a new
-    worker completes them."""
+    ``scheduled``, visibly (the runners page, ``everystep_runs``, the old worker's log),
+    never failed; a new worker completes them."""
     old, new = trees
     with worker(old, "old-1", tmp_path / "old.log"):
         wait_until(lambda: Runner.objects.filter(name="old-1").exists(), "the old worker")
@@ -163,6 +168,13 @@ def test_an_old_worker_leaves_new_workflows_and_tasks_due_until_a_new_worker_run
         assert not Step.objects.filter(workflow_id__in=ids).exists()
         waiting = {w.name: w.count for w in waiting_for_code()}
         assert waiting == {"deploy.added": 3, "deployapp.tasks.added_task": 2}
+        client.force_login(staff_user(name="staff"))
+        page = client.get(reverse("everystep:runners")).content.decode()
+        assert "Due runs no live worker can carry" in page
+        assert 'workflow=deploy.added">3</a>' in page
+        err = StringIO()
+        call_command("everystep_runs", stdout=StringIO(), stderr=err)
+        assert "3 due run(s) of deploy.added wait for code no live worker has" in err.getvalue()
         old_row = Runner.objects.get(name="old-1")
         assert "deploy.kept" in old_row.carries and "deploy.added" not in old_row.carries
         with worker(new, "new-1", tmp_path / "new.log"):

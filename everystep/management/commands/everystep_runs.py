@@ -20,6 +20,7 @@ from everystep.management.arguments import (
 from everystep.management.commands._base import EverystepCommand
 from everystep.models import Status, Workflow
 from everystep.safe_text import escape_controls
+from everystep.store.carrying import waiting_for_code
 from everystep.store.reports import list_runs, run_wait
 
 # More rows than anyone reads in a terminal, and far below what LIMIT takes.
@@ -31,7 +32,8 @@ class Command(EverystepCommand):
         "List the most recent runs, newest first: id, status, workflow, runner, created and "
         "completed times, and for runs that are not due yet what they wait for (a last "
         "column, present when one does). --parent lists the runs one run's body started. "
-        "--json prints one JSON object per line."
+        "--json prints one JSON object per line. Due runs that no live worker can carry "
+        "(their code is not a live worker's) are counted on stderr."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -62,6 +64,12 @@ class Command(EverystepCommand):
                 self.stdout.write(json.dumps(run_summary(run)))
         else:
             self._table(runs)
+        # On stderr: the listing on stdout keeps its form for scripts.
+        for waiting in waiting_for_code():
+            self.stderr.write(
+                f"{waiting.count} due run(s) of {escape_controls(waiting.name)} wait for code "
+                f"no live worker has: {escape_controls(waiting.why)}"
+            )
 
     def _table(self, runs: list[Workflow]) -> None:
         header = ["id", "status", "name", "claimed_by", "created_at", "completed_at"]
