@@ -87,16 +87,19 @@ def _digest(root: Path | None) -> str:
     return f"src-{digest.hexdigest()[:12]}"
 
 
+def source_dir(folder: Path) -> bool:
+    """Whether the digest reads ``folder`` (a directory of the project's tree)."""
+    return (
+        not folder.name.startswith(".")
+        and folder.name not in _SKIPPED
+        and not (folder / "pyvenv.cfg").exists()
+    )
+
+
 def _sources(root: Path) -> list[Path]:
     found: list[Path] = []
     for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(
-            name
-            for name in dirs
-            if not name.startswith(".")
-            and name not in _SKIPPED
-            and not (Path(folder) / name / "pyvenv.cfg").exists()
-        )
+        dirs[:] = sorted(name for name in dirs if source_dir(Path(folder) / name))
         found.extend(Path(folder) / name for name in sorted(files) if name.endswith(".py"))
         if len(found) >= MAX_FILES:
             return found[:MAX_FILES]

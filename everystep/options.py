@@ -237,6 +237,14 @@ OPTIONS: tuple[Option, ...] = (
         ceiling=_LONGEST,
         setting="EVERYSTEP_NETWORK_TIMEOUT",
     ),
+    Option(
+        "reload",
+        "reload",
+        bool,
+        False,
+        "restart the worker when the project's code changes, draining first, as "
+        "runserver does: for development",
+    ),
 )
 BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
 

@@ -12,7 +12,8 @@
 - ``heartbeat``: on a thread of its own, the runner's beats, orphan recovery and the sweep
   for waiters left asleep; ``naming``: taking the runner name at start-up (one live
   process per name); ``outage``: the backoff and logs while the database is away;
-  ``carrying``: what this worker can carry on, and the runs that wait for other code.
+  ``carrying``: what this worker can carry on, and the runs that wait for other code;
+  ``reload``: ``--reload``, a restart on a change to the project's code, for development.
 - ``health`` (liveness and readiness), ``collector`` (the worker's gauges) and ``http``
   (the port serving both); ``connections``: database connections kept across runs.
 """

@@ -71,6 +71,7 @@ class Worker:
         orphan_timeout: float | None = None,
         liveness_timeout: float | None = None,
         network_timeout: float | None = None,
+        reload: bool = False,
     ) -> None:
         self.options = WorkerOptions.resolve(
             pool_size=pool_size,
@@ -84,6 +85,7 @@ class Worker:
             orphan_timeout=orphan_timeout,
             liveness_timeout=liveness_timeout,
             network_timeout=network_timeout,
+            reload=reload,
         )
         self.state = WorkerState(self.options)
         self.ready = self.state.ready  # set once catchup is done and the loop runs

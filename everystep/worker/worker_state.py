@@ -41,6 +41,7 @@ class WorkerOptions:
     orphan_timeout: float
     liveness_timeout: float
     network_timeout: float
+    reload: bool
 
     @classmethod
     def resolve(cls, **given: Any) -> WorkerOptions:

@@ -132,11 +132,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _worker(settings: RunnerSettings) -> int:
     _setup(settings)
     from everystep.errors import EverystepError, NameInUse
-    from everystep.worker import Worker
+    from everystep.worker import Worker, reload
 
     try:
         worker = Worker(**worker_options(settings))
-        clean = worker.run()
+        if worker.options.reload and not reload.in_child():
+            return reload.supervise()  # the parent: it never touches the database
+        clean, code = reload.run_watched(worker) if worker.options.reload else (worker.run(), 0)
     except NameInUse as exc:
         # Not a configuration error: the name is right, another live process holds it.
         # Exit 1, as `manage.py everystep_worker` does.
@@ -145,11 +147,11 @@ def _worker(settings: RunnerSettings) -> int:
     except (ValueError, EverystepError) as exc:
         print(f"everystep-runner: {exc}", file=sys.stderr)
         return 2
-    if not clean:
+    if not clean or code:
         # Runs still executing at the drain deadline were requeued; do not wait for
         # their threads.
         sys.stdout.flush()
-        os._exit(0)
+        os._exit(code)
     return 0
 
 

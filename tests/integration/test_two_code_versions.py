@@ -10,12 +10,7 @@ each process works its version out from its tree's sources.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
 import time
-from collections.abc import Callable
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -26,111 +21,10 @@ from django.urls import reverse
 
 from everystep.models import Runner, Status, Step, Workflow
 from everystep.store.carrying import waiting_for_code
+from tests.code_trees import make_tree, on_code, wait_until, worker
 from tests.staff import staff_user
-from tests.workers import ROOT, running, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-SETTINGS = """\
-from tests.settings import *  # noqa: F403
-
-INSTALLED_APPS = [*INSTALLED_APPS, "deployapp"]  # noqa: F405
-"""
-
-FIRST = """\
-from everystep import sleep, step, workflow
-{patched}
-
-@step
-def first(x):
-    return x + 1
-
-
-@step
-def old_second(x):
-    return x * 10
-"""
-
-OLD_KEPT = """
-@workflow(name="deploy.kept")
-def kept(x, pause=0):
-    return old_second(first(x))
-"""
-
-NEW_KEPT = """
-@step
-def new_second(x):
-    return x * 100
-
-
-@workflow(name="deploy.kept")
-def kept(x, pause=0):
-    y = first(x)
-    z = new_second(y) if patched("faster") else old_second(y)
-    if pause:
-        sleep(pause)
-    return z
-
-
-@workflow(name="deploy.added")
-def added(x):
-    return first(x) * 2
-"""
-
-NEW_TASKS = """\
-try:
-    from django.tasks import task
-except ImportError:
-    from django_tasks import task
-
-
-@task
-def added_task(x):
-    return x + 1000
-"""
-
-
-def make_tree(root: Path, *, new: bool) -> Path:
-    (root / "deployapp").mkdir(parents=True)
-    (root / "deploy_settings.py").write_text(SETTINGS)
-    (root / "deployapp" / "__init__.py").write_text("")
-    workflows = FIRST.format(patched="from everystep import patched" if new else "")
-    (root / "deployapp" / "workflows.py").write_text(workflows + (NEW_KEPT if new else OLD_KEPT))
-    if new:
-        (root / "deployapp" / "tasks.py").write_text(NEW_TASKS)
-    return root
-
-
-def env_of(tree: Path) -> dict[str, str]:
-    return {**worker_env(str(tree)), "DJANGO_SETTINGS_MODULE": "deploy_settings"}
-
-
-def worker(tree: Path, name: str, log: Path) -> object:
-    command = [sys.executable, str(ROOT / "manage.py"), "everystep_worker", "--name", name]
-    return running([*command, "--poll", "0.05"], log, env_of(tree))
-
-
-def on_new_code(tree: Path, code: str) -> list[str]:
-    """Run ``code`` (which prints a JSON list of run ids) in a process of ``tree``: the
-    web process of that version."""
-    script = "import django, json\ndjango.setup()\n" + textwrap.dedent(code)
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        env=env_of(tree),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return list(json.loads(done.stdout.strip().splitlines()[-1]))
-
-
-def wait_until(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def statuses(ids: list[str]) -> set[str]:
@@ -161,7 +55,7 @@ def test_an_old_worker_leaves_new_workflows_and_tasks_due_until_a_new_worker_run
     old, new = trees
     with worker(old, "old-1", tmp_path / "old.log"):
         wait_until(lambda: Runner.objects.filter(name="old-1").exists(), "the old worker")
-        ids = on_new_code(new, SCHEDULE_NEW)
+        ids = on_code(new, SCHEDULE_NEW)
         # The old worker polls every 0.05 s: two seconds are forty chances to fail them.
         time.sleep(2)
         assert statuses(ids) == {Status.SCHEDULED}
@@ -194,7 +88,7 @@ def test_a_run_the_new_code_moved_on_is_handed_back_by_an_old_worker_not_failed(
     unchanged, never claims it again, and a new worker completes it as the new code
     says."""
     old, new = trees
-    [run_id] = on_new_code(
+    [run_id] = on_code(
         new,
         """
         from everystep import schedule

@@ -42,6 +42,7 @@ SAMPLES: list[tuple[str, str, str, Any]] = [
     ("orphan_timeout", "0", "0", 0.0),
     ("liveness_timeout", "90", "90", 90.0),
     ("network_timeout", "15", "15", 15.0),
+    ("reload", "true", "true", True),
     ("project_dir", "/srv/app", '"/srv/app"', Path("/srv/app")),
     ("settings_module", "mysite.settings", '"mysite.settings"', "mysite.settings"),
     ("database_url", "sqlite:///db.sqlite3", '"sqlite:///db.sqlite3"', "sqlite:///db.sqlite3"),
@@ -167,9 +168,11 @@ def test_each_setting_from_env_file(
 
 @pytest.mark.parametrize(("name", "raw", "literal", "expected"), SAMPLES, ids=SAMPLE_IDS)
 def test_each_setting_from_flag(name: str, raw: str, literal: str, expected: Any) -> None:
-    """Every setting has a --flag (notify: --no-notify), validated like any other source."""
-    flag = "--no-notify" if name == "notify" else f"--{name.replace('_', '-')}"
-    flags, command = split_argv([flag] if name == "notify" else [flag, raw])
+    """Every setting has a --flag (a switch: --x or --no-x), validated like any other source."""
+    switch = isinstance(expected, bool)
+    stem = name.replace("_", "-")
+    flag = f"--{stem}" if expected is True else f"--no-{stem}" if switch else f"--{stem}"
+    flags, command = split_argv([flag] if switch else [flag, raw])
     assert command == []
     settings = load(flags)
     assert effective(settings, name) == expected

@@ -16,7 +16,7 @@ from everystep.errors import EverystepError
 from everystep.management.commands._base import WholeFlags
 from everystep.options import OPTIONS
 from everystep.store.guard import DATABASE_ERRORS
-from everystep.worker import Worker
+from everystep.worker import Worker, reload
 
 logger = logging.getLogger("everystep.worker")
 
@@ -51,19 +51,21 @@ class Command(WholeFlags, BaseCommand):
             worker = Worker(**given)
         except ValueError as exc:
             raise CommandError(f"invalid option: {exc}") from None
+        if worker.options.reload and not reload.in_child():
+            sys.exit(reload.supervise())  # the parent: it never touches the database
         if not options.get("skip_checks"):
             self._check_once_the_database_answers(worker.options.name)
         try:
-            clean = worker.run()
+            clean, code = reload.run_watched(worker) if worker.options.reload else (worker.run(), 0)
         except EverystepError as exc:
             raise CommandError(str(exc)) from None
-        if not clean:
+        if not clean or code:
             # Steps still executing past the drain deadline were requeued; exiting
             # normally would wait for their threads, so leave now.
             logging.shutdown()
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(0)
+            os._exit(code)
 
     def _check_once_the_database_answers(self, runner: str) -> None:
         delay = 0.0
