@@ -18,34 +18,42 @@ from pathlib import Path
 from tests.workers import ROOT, running, worker_env
 
 SETTINGS = """\
-from tests.settings import *  # noqa: F403
+from {base} import *  # noqa: F403
 
 INSTALLED_APPS = [*INSTALLED_APPS, "deployapp"]  # noqa: F405
 """
 
+# Every step body leaves an ``Execution`` row: a body run twice shows as two rows.
 FIRST = """\
 from everystep import sleep, step, workflow
+from tests.testapp.wait_workflows import executed
 {patched}
 
 @step
 def first(x):
+    executed("first")
     return x + 1
 
 
 @step
 def old_second(x):
+    executed("old_second")
     return x * 10
 """
 
 OLD_KEPT = """
 @workflow(name="deploy.kept")
 def kept(x, pause=0):
-    return old_second(first(x))
+    z = old_second(first(x))
+    if pause:
+        sleep(pause)
+    return z
 """
 
 NEW_KEPT = """
 @step
 def new_second(x):
+    executed("new_second")
     return x * 100
 
 
@@ -76,9 +84,11 @@ def added_task(x):
 """
 
 
-def make_tree(root: Path, *, new: bool) -> Path:
+def make_tree(root: Path, *, new: bool, base: str = "tests.settings") -> Path:
+    """The old (``new=False``) or new code tree under ``root``; its settings are
+    ``base`` plus ``deployapp``."""
     (root / "deployapp").mkdir(parents=True)
-    (root / "deploy_settings.py").write_text(SETTINGS)
+    (root / "deploy_settings.py").write_text(SETTINGS.format(base=base))
     (root / "deployapp" / "__init__.py").write_text("")
     workflows = FIRST.format(patched="from everystep import patched" if new else "")
     (root / "deployapp" / "workflows.py").write_text(workflows + (NEW_KEPT if new else OLD_KEPT))
