@@ -51,6 +51,7 @@ SMOKE: dict[str, tuple[str, list[str]]] = {
         " --count 20 --parallel 2 --wait-quiet 0"]),
     # PostgreSQL: the rows read come from pg_stat_user_tables.
     "prune.py": ("prune", ["--db postgres --quick --batch-size 500 --wait-quiet 0"]),
+    "rolling_deploy.py": ("rolling_deploy", ["--db sqlite --runs 40 --gap 0.5 --pause 1"]),
     "run.py": ("run", [
         "--db sqlite --runs 10 --workers 1 --pool 2 --samples 2"]),
     "scaling.py": ("scaling", [
