@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from everystep import registry
+from everystep.engine.core import kinds
 from everystep.engine.core.pass_state import AsyncPass, RunState
 from everystep.engine.execute import replay_here
 from everystep.errors import (
@@ -64,6 +65,9 @@ class WorkflowReport:
     failures: list[Failure] = field(default_factory=list)
     # change id → [runs on the new branch, runs on the old branch]
     patches: dict[str, list[int]] = field(default_factory=dict)
+    # Runs that take a patch's new branch not recorded yet: once a worker on this code
+    # records it, workers on the code before it hand them back (``Deploying a change``).
+    moving_on: int = 0
 
 
 @dataclass
@@ -97,6 +101,11 @@ def check_replay(
             entry.failures.append(failure)
         for change_id, new_branch in patches.items():
             entry.patches.setdefault(change_id, [0, 0])[0 if new_branch else 1] += 1
+        if failure is None and any(
+            new_branch and not _recorded_patch(run, change_id)
+            for change_id, new_branch in patches.items()
+        ):
+            entry.moving_on += 1
     report.complete = not report.truncated and set(statuses) >= set(CHECKED_STATUSES)
     return report
 
@@ -119,6 +128,15 @@ def _runs(
             left -= len(batch)
     report.truncated = bool(
         unfinished_batch(statuses, workflow, after, 1) if after is not None else False
+    )
+
+
+def _recorded_patch(run: RunToCheck, change_id: str) -> bool:
+    """Whether ``run`` has recorded its decision of patch ``change_id`` already."""
+    suffix = f"patched {change_id}"
+    return any(
+        record.name == kinds.PATCHED.record and record.step_id.endswith(suffix)
+        for record in run.records.values()
     )
 
 

@@ -416,3 +416,28 @@ def test_the_runner_role_check_replay_on_sqlite_urls(tmp_path: Path):
     lines = missing.stderr.splitlines()
     assert (missing.returncode, len(lines)) == (2, 1), missing.stderr
     assert lines[0].startswith(MIGRATE_HINT), lines[0]
+
+
+def test_the_check_counts_runs_the_new_code_moves_on_which_old_workers_then_leave():
+    """A run stopped after its first step takes the patch's new branch at its next step:
+    the check counts it, as old workers will hand it back once a new worker records it.
+    Runs past the patch (the old branch, recorded) are not counted."""
+    parked = schedule(v.order, 1)
+    run_due()
+    assert Workflow.objects.get(id=parked.id).waiting_for == "go"
+    with crash_at("before_body", v.charge):
+        stopped = schedule(v.order, 5)
+        run_due(max_passes=1)
+    assert Step.objects.filter(workflow_id=stopped.id).count() == 1  # reserve only
+    with deployed(v.order, v.order_patched):
+        status, report = checked_without_effects(check)
+        out = StringIO()
+        call_command("everystep_check_replay", stdout=out)
+    assert status == 0, report
+    entry = by_workflow(report, "tests.versioned.order")
+    assert entry["moving_on"] == 1
+    assert entry["patches"] == [{"change_id": "tax", "new_branch": 1, "old_branch": 1}]
+    assert (
+        "1 runs take a patch's new branch at their next step: once a worker on this code "
+        "records it, workers still on the code before it leave them for workers on this code"
+    ) in out.getvalue()

@@ -91,6 +91,7 @@ def report_json(report: Report) -> dict[str, Any]:
                     {"change_id": change_id, "new_branch": new, "old_branch": old}
                     for change_id, (new, old) in sorted(entry.patches.items())
                 ],
+                "moving_on": entry.moving_on,
             }
             for entry in _sorted(report)
         ],
@@ -140,6 +141,12 @@ def _workflow_lines(entry: WorkflowReport, complete: bool) -> list[str]:
                 f"  patch {change_id!r}: no checked run takes the old branch "
                 f"({new} the new); deprecate_patch({change_id!r}) may replace it"
             )
+    if entry.moving_on:
+        lines.append(
+            f"  {entry.moving_on} runs take a patch's new branch at their next step: once a "
+            "worker on this code records it, workers still on the code before it leave "
+            "them for workers on this code"
+        )
     return lines
 
 
