@@ -10,6 +10,7 @@ import pytest
 
 from everystep.models import Runner, Status, Workflow
 from tests.code_trees import make_tree, on_code, wait_until, worker
+from tests.integration.test_runner_logging import runner, stopped
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -64,3 +65,20 @@ def test_a_task_added_while_the_worker_runs_completes_its_first_run(tmp_path: Pa
     text = log.read_text()
     assert "tasks.py changed: draining, then restarting" in text, text
     assert "restarting the worker on the changed code" in text
+
+
+def test_the_runners_worker_role_reloads_too(tmp_path: Path):
+    """``EVERYSTEP_RELOAD=true`` on the runner's worker role: an edit of the project's
+    settings module restarts the worker (a new process, its probes answering again), and
+    SIGTERM to the runner drains it and exits 0."""
+    proc, log = runner(tmp_path, "INFO", "--reload", "worker")
+    try:
+        (tmp_path / "logsite_settings.py").write_text(
+            (tmp_path / "logsite_settings.py").read_text() + "\n# edited\n"
+        )
+        wait_until(lambda: "restarting the worker on the changed code" in log.read_text(), "reload")
+        wait_until(lambda: log.read_text().count("starting: pool") >= 2, "the new worker")
+        assert proc.poll() is None
+    finally:
+        lines = stopped(proc, log)
+    assert any("logsite_settings.py changed: draining, then restarting" in line for line in lines)
