@@ -59,9 +59,9 @@ def _due(db: Vendor, names: int | None) -> str:
 
 
 def _carried(db: Vendor, names: int) -> str:
-    """The runs a worker on another code version may take: of a workflow or task it has
-    (or scheduled by its own code version, or by code that did not say: it fails those
-    once, as unknown), and not handed back by a worker on its version. Parameters:
+    """The runs a worker can carry on: of a workflow or task it has (or scheduled by its
+    own code version, or by code that did not say: it fails those once, as unknown), and
+    not handed back by a worker on its version. Parameters:
     ``_carried_params``. Runs left so sit at the head of the index walk, each claim
     stepping over them: a cost only while they wait for the code."""
     if db.vendor == "postgresql":
