@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from datetime import datetime
 from typing import Any
 
 from everystep import signals, wait_words
@@ -180,6 +181,15 @@ class TextFormatter(logging.Formatter):
 
     def __init__(self, fmt: str | None = TEXT_FORMAT, *args: Any, **kwargs: Any) -> None:
         super().__init__(fmt, *args, **kwargs)
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        """ISO 8601 with the milliseconds and the UTC offset (``…T10:53:07.914+01:00``)
+        unless a ``datefmt`` is given: a line read in another zone, or beside a JSON
+        line, says which moment it means."""
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        moment = datetime.fromtimestamp(record.created).astimezone()
+        return moment.isoformat(timespec="milliseconds")
 
     def format(self, record: logging.LogRecord) -> str:
         # A copy: the other handlers of the record see it as it was logged.

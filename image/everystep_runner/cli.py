@@ -60,7 +60,9 @@ def parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="everystep-runner",
         usage="%(prog)s [runner flags] [ROLE | MANAGEMENT COMMAND [ARGS…]]",
-        description=USAGE.split("\n", 2)[2],
+        # The module docstring, without its reStructuredText quoting: a terminal shows
+        # ``worker`` literally.
+        description=USAGE.split("\n", 2)[2].replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         add_help=False,
         allow_abbrev=False,

@@ -840,6 +840,8 @@ def test_help_lists_every_runner_flag(capsys: pytest.CaptureFixture[str]) -> Non
         assert f"--{name.replace('_', '-')}" in out
     assert "--no-notify" in out
     assert " ".join(BY_NAME["heartbeat"].help.split()[:3]) in " ".join(out.split())
+    # Plain text for a terminal: no reStructuredText quoting from the docstring.
+    assert "``" not in out and "Roles: worker (the default), ui, demo" in out
 
 
 def test_an_everystep_variable_that_is_no_setting_is_named_with_the_nearest_one() -> None:

@@ -40,6 +40,9 @@ X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 USE_TZ = True
+# Django's default zone is America/Chicago: name one, as a real project does (UTC here,
+# overridable) so that local times in logs and the UI are not Chicago's by accident.
+TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")
 # Django's task framework on everystep: shop/tasks.py's @task runs as a durable workflow.
 TASKS = {"default": {"BACKEND": "everystep.tasks.EverystepBackend"}}
 INSTALLED_APPS = [
