@@ -196,7 +196,7 @@ manifest-check: install-tools
 	$(VENV_TOOLS)/bin/checkov --quiet --compact --skip-download --framework kubernetes \
 		-d config/kubernetes
 	$(VENV_TOOLS)/bin/checkov --quiet --compact --skip-download --framework kubernetes \
-		-f config/deploy/check-replay-job.yaml
+		-f config/deploy/check-replay-job.yaml -f config/deploy/migrate-job.yaml
 	$(VENV_TOOLS)/bin/checkov --quiet --compact --skip-download --framework dockerfile \
 		-f Dockerfile
 
