@@ -9,6 +9,7 @@ Django project, and the roles the entrypoint runs (worker, UI, demo, config chec
 - ``settings``: the runner's settings, one name across TOML, environment and flags;
 - ``dburl``: database URLs to a Django ``DATABASES`` entry, and masking them;
 - ``project``: loading the user's Django project at run time;
+- ``sqlite_files``: a SQLite database in a volume: one line when it cannot be written;
 - ``ui`` and ``urls``: the ``ui`` role (gunicorn serving the UI, the admin login, metrics);
 - ``probe_listener``: the ``ui`` role's probes, answered without a thread per connection;
 - ``demo``: the ``demo`` role and its bundled example project (``demo/orders``).

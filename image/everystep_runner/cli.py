@@ -21,7 +21,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from everystep_runner import project
+from everystep_runner import project, sqlite_files
 from everystep_runner.settings import (
     BY_KEY,
     CONFIG_ENV,
@@ -102,6 +102,9 @@ def split_argv(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    # Files this process creates (a SQLite database and its journals) are group-writable:
+    # another UID of group 0 (an arbitrary UID on OpenShift) can write them too.
+    os.umask(0o002)
     if argv[:1] in (["-h"], ["--help"], ["help"]):
         print(parser().format_help())
         return 0
@@ -132,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _worker(settings: RunnerSettings) -> int:
-    _setup(settings)
+    _setup(settings, worker=True)
     from everystep.errors import EverystepError, NameInUse
     from everystep.worker import Worker, reload
 
@@ -206,7 +209,7 @@ def _healthcheck(settings: RunnerSettings) -> int:
 
 
 def _management(settings: RunnerSettings, command: list[str]) -> int:
-    _setup(settings)
+    _setup(settings, worker=command[0] == "everystep_worker")
     from django.core.management import execute_from_command_line
 
     if command[0] == "everystep_worker":
@@ -217,9 +220,14 @@ def _management(settings: RunnerSettings, command: list[str]) -> int:
     return 0
 
 
-def _setup(settings: RunnerSettings) -> None:
+def _setup(settings: RunnerSettings, *, worker: bool = False) -> None:
+    """Load the project and apply the log settings. A SQLite database this process cannot
+    write is one line (exit 2), or for a worker a line and a wait until it can."""
     project.load(settings)
     project.configure_logging(settings)
+    problem = sqlite_files.ready(wait=worker)
+    if problem is not None:
+        raise project.ProjectError(problem)
 
 
 # Roles that are a management command under a name that reads well in a pipeline; they
