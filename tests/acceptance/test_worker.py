@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import time
 from collections import defaultdict
@@ -277,6 +278,35 @@ def test_two_sigterms_close_together_never_hang_a_worker(workers):
     assert all("second SIGTERM" in proc.log() for proc in procs)
     statuses = Workflow.objects.filter(id__in=[run.id for run in runs]).values_list("status")
     assert set(statuses) == {("scheduled",)}
+
+
+def test_a_storm_of_sigterms_at_random_moments_never_hangs_a_worker(workers):
+    """Two or three SIGTERMs at random moments of the first one's handling (0 to 300 ms
+    after it, seeded), twenty workers in four rounds of five, each running a step: every
+    worker exits 0, and every run is requeued unclaimed, its completed steps kept."""
+    rng = random.Random(53)
+    for round_ in range(4):
+        runs = [schedule(wf.slow, 120) for _ in range(5)]
+        procs = [
+            workers(f"storm-{round_}-{n}", "--pool", "1", "--drain", "300", *FAST) for n in range(5)
+        ]
+        wait_until(
+            lambda runs=runs: all(started(run, "long") for run in runs), 60, "every long step"
+        )
+        plans = [sorted(rng.uniform(0, 0.3) for _ in range(rng.choice((1, 2)))) for _ in procs]
+        began = time.monotonic()
+        for proc in procs:
+            proc.signal(signal.SIGTERM)
+        for at in sorted((delay, n) for n, plan in enumerate(plans) for delay in plan):
+            time.sleep(max(0.0, at[0] - (time.monotonic() - began)))
+            procs[at[1]].signal(signal.SIGTERM)
+        codes = [proc.wait(60) for proc in procs]
+        assert codes == [0] * 5, (plans, [proc.log()[-2000:] for proc in procs])
+        rows = Workflow.objects.filter(id__in=[run.id for run in runs])
+        assert set(rows.values_list("status", "claimed_by")) == {("scheduled", None)}, plans
+        kept = Step.objects.filter(workflow__in=rows).values_list("step_id", "status")
+        assert sorted(kept) == [("1", "done")] * 5  # the first step; the long one runs again
+        rows.delete()  # the next round's workers take the next round's runs
 
 
 def test_drain_zero_waits_for_the_step(workers):
