@@ -20,7 +20,8 @@ The package, in layers that import downwards only (``tests/unit/test_layers.py``
   ``replays/`` (the replay check and forks), ``builtins/`` (everystep's own workflows),
   ``task_runs`` (a Django ``@task``'s run, found through the registry's resolver);
 - edges: ``api`` (the public surface), ``async_api`` (its async twins), ``decorators``
-  (``@workflow``, ``@step``), ``scheduling`` (``schedule``, ``start``), ``tasks`` (the
+  (``@workflow``, ``@step``), ``scheduling`` (``schedule``, ``start``), ``cancelling``
+  (``cancel``), ``tasks`` (the
   ``django.tasks`` backend), ``testing``, ``management/`` (commands), ``ui/`` and ``urls``,
   ``admin``, ``apps``.
 """
@@ -35,6 +36,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Terminal",
+    "acancel",
     "agather",
     "aresult",
     "aschedule",
@@ -44,6 +46,7 @@ __all__ = [
     "astart",
     "await_for",
     "awatch",
+    "cancel",
     "deprecate_patch",
     "fork",
     "gather",
@@ -67,6 +70,7 @@ _API = set(__all__) - {"Terminal", "register_type"}
 
 if TYPE_CHECKING:
     from everystep.api import (
+        acancel,
         agather,
         aresult,
         aschedule,
@@ -76,6 +80,7 @@ if TYPE_CHECKING:
         astart,
         await_for,
         awatch,
+        cancel,
         deprecate_patch,
         fork,
         gather,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 # Re-exported (``import x as x``): ``everystep.__all__`` is the one list of public names.
+from everystep.async_api import acancel as acancel
 from everystep.async_api import agather as agather
 from everystep.async_api import aresult as aresult
 from everystep.async_api import aschedule as aschedule
@@ -28,6 +29,7 @@ from everystep.async_api import asleep_until as asleep_until
 from everystep.async_api import astart as astart
 from everystep.async_api import await_for as await_for
 from everystep.async_api import awatch as awatch
+from everystep.cancelling import cancel as cancel
 from everystep.decorators import step as step
 from everystep.decorators import workflow as workflow
 from everystep.scheduling import schedule as schedule

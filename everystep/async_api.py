@@ -55,6 +55,13 @@ async def asend(run_id: UUID | str, name: str, payload: Any = None) -> bool:
     return await sync_to_async(send_event, thread_sensitive=True)(run_id, name, payload)
 
 
+async def acancel(run: Workflow | UUID | str, reason: str | None = None) -> Workflow:
+    """``cancel()`` from async code (committed at once)."""
+    from everystep.cancelling import cancel
+
+    return await sync_to_async(cancel, thread_sensitive=True)(run, reason)
+
+
 @markcoroutinefunction
 def aresult(run: Workflow | UUID | str, timeout: timedelta | float | None = None) -> Awaitable[Any]:
     """Await ``run``'s result once it has ended, as ``result()`` returns it. Outside a

@@ -65,3 +65,59 @@ def test_requeue_one_running_run():
     assert run.status == "completed"
     with pytest.raises(CommandError, match="only running runs can be requeued"):
         call_command("everystep_requeue", str(run.id))
+
+
+def test_cancel_from_code_ends_the_run_and_its_children_and_audits_the_reason():
+    """``everystep.cancel(run, reason)``, as the command: the parent waiting on a child
+    and the child end ``cancelled``; one audit entry names code as the actor, with the
+    reason; a run given by its id text works the same."""
+    from everystep import cancel
+    from everystep.models import AuditEntry
+    from tests.testapp import composition
+
+    parent = schedule(composition.parent_catches, "waits")
+    run_due()  # the parent starts its child, which waits for an event
+    child = Workflow.objects.get(parent=parent)
+    returned = cancel(parent, reason="customer left")
+    assert (returned.id, returned.status) == (parent.id, "cancelled")
+    child.refresh_from_db()
+    assert child.status == "cancelled"
+    assert "cancelled by code (everystep.cancel)" in returned.error["message"]
+    entry = AuditEntry.objects.get(run=parent)
+    assert (entry.action, entry.actor, entry.via, entry.reason) == (
+        "cancel",
+        "code",
+        "everystep.cancel",
+        "customer left",
+    )
+    other = schedule(wf.sequential, 1, 1)
+    assert cancel(str(other.id)).status == "cancelled"
+
+
+def test_cancel_from_code_refuses_a_finished_unknown_or_malformed_run():
+    from everystep import cancel
+    from everystep.errors import EverystepError
+
+    run = schedule(wf.sequential, 1, 1)
+    run_due()
+    with pytest.raises(EverystepError, match="is completed: only unfinished runs"):
+        cancel(run)
+    with pytest.raises(EverystepError, match="no run with id"):
+        cancel("00000000-0000-0000-0000-000000000000")
+    with pytest.raises(EverystepError, match=r"cancel\(\) takes a run or a run id"):
+        cancel("not-a-run")
+    run.refresh_from_db()
+    assert run.status == "completed"
+
+
+def test_acancel_from_async_code():
+    import asyncio
+
+    from everystep import acancel
+
+    run = schedule(wf.sequential, 1, 1)
+    cancelled = asyncio.run(acancel(run.id, "not needed"))
+    assert cancelled.status == "cancelled"
+    run_due()
+    run.refresh_from_db()
+    assert run.status == "cancelled" and not Step.objects.filter(workflow=run).exists()

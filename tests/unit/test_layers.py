@@ -73,6 +73,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "everystep.api",
             "everystep.decorators",
             "everystep.scheduling",
+            "everystep.cancelling",
             "everystep.tasks",
             "everystep.testing",
             "everystep.management",

@@ -53,6 +53,7 @@ def test_public_names_are_exported() -> None:
     functions, composition, ``fork``, the async twins and progress included."""
     assert sorted(everystep.__all__) == [
         "Terminal",
+        "acancel",
         "agather",
         "aresult",
         "aschedule",
@@ -62,6 +63,7 @@ def test_public_names_are_exported() -> None:
         "astart",
         "await_for",
         "awatch",
+        "cancel",
         "deprecate_patch",
         "fork",
         "gather",
