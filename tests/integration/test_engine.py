@@ -233,3 +233,13 @@ def test_unrebuildable_step_error_is_the_same_on_live_pass_and_replay():
     resumed = finished(resumed)
     assert resumed.result == "StepFailure"
     assert wf.CALLS["picky"] == 2, "once per run: the replay re-raised the record"
+
+
+def test_run_due_fails_a_body_that_calls_exit_as_a_worker_does():
+    """A body's ``SystemExit`` does not escape run_due() into the test, nor leave the run
+    ``running``: the run fails with it, its step kept."""
+    run = schedule(wf.exits_after_a_step, 2)
+    [passed] = run_due()
+    assert passed.id == run.id and passed.status == "failed"
+    assert passed.error["type"] == "builtins.SystemExit"
+    assert Step.objects.filter(workflow=run).count() == 1

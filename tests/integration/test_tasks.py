@@ -424,3 +424,22 @@ def test_a_task_defined_in_main_is_refused_at_enqueue(monkeypatch: pytest.Monkey
     with pytest.raises(InvalidTask, match="script being run"):
         defined.enqueue()
     assert not Workflow.objects.exists()
+
+
+def test_a_task_ending_with_system_exit_fails_and_sends_task_finished():
+    """``SystemExit`` from a task body under run_due(), as in a worker: the run fails,
+    Django's task_finished is sent (receivers such as alerting hear of it), and the test
+    goes on."""
+    seen: list[tuple[str, Any]] = []
+
+    def finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append((task_result.id, task_result.status))
+
+    signals.task_finished.connect(finished)
+    try:
+        result = tasks.exits.enqueue(3)
+        run_due()
+    finally:
+        signals.task_finished.disconnect(finished)
+    assert seen == [(result.id, TaskResultStatus.FAILED)]
+    assert tasks.exits.get_result(result.id).status == TaskResultStatus.FAILED

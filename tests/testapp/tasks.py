@@ -114,3 +114,9 @@ async def async_lookup(n: int) -> int:
 @step
 def first_plus_one(n: int) -> int:
     return n + 1
+
+
+@task
+def exits(code: int) -> None:
+    """Ends its process the way scripts do: a worker fails the run (and so does run_due())."""
+    raise SystemExit(code)

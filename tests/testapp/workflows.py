@@ -321,3 +321,10 @@ def hold_in_transaction(marker: str, seconds: float) -> str:
 @workflow
 def atomic_hold(marker: str, seconds: float) -> str:
     return hold_in_transaction(marker, seconds)
+
+
+@workflow
+def exits_after_a_step(code: int) -> None:
+    """A step, then ``exit()``: the run fails, its step kept."""
+    add(1, 1)
+    raise SystemExit(code)

@@ -21,7 +21,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from everystep import code_version, failure_detail, safe_text, serde, signals, stored_errors
+from everystep import (
+    code_version,
+    failure_detail,
+    registry,
+    safe_text,
+    serde,
+    signals,
+    stored_errors,
+)
 from everystep.engine.core.pass_state import RunState
 from everystep.engine.core.recorded import announce, flush, take_held
 from everystep.errors import (
@@ -36,7 +44,7 @@ from everystep.errors import (
     Terminal,
     WorkflowCodeError,
 )
-from everystep.models import Status
+from everystep.models import FINAL_STATUSES, Status
 from everystep.store.outcome import finish_run, requeue_run, suspend_run
 from everystep.values import Claim
 
@@ -201,8 +209,18 @@ def finish(
 def fail(claim: Claim, workflow: str, exc: BaseException) -> PassResult:
     """Fail ``claim``'s run with ``exc`` the way every outcome is given: written fenced
     by the claim, then logged, counted and reported by the ``run_finished`` receivers.
-    For a pass that crashed outside the engine's own handling."""
-    return finish(claim, workflow, time.monotonic(), Status.FAILED, exc=exc)
+    For a pass that crashed outside the engine's own handling (``SystemExit`` from a
+    body, an engine bug): a task's run still sends Django's ``task_finished``, as every
+    pass that ends it does."""
+    ended = finish(claim, workflow, time.monotonic(), Status.FAILED, exc=exc)
+    if ended.status in FINAL_STATUSES:
+        try:
+            defn = registry.definition(workflow)
+        except Exception:  # what crashed the pass may be finding the definition itself
+            defn = None
+        if defn is not None and defn.finished is not None:
+            defn.finished(claim, workflow)
+    return ended
 
 
 def report_requeued(run_id: Any, workflow: str, runner: str, reason: str, **extra: Any) -> None:
