@@ -247,8 +247,33 @@ def _instant(text: Any) -> datetime | None:
         return None
 
 
+def as_enqueued(run: Workflow, task: Any) -> Any:
+    """``task`` as ``run`` was enqueued: what ``Task.using()`` changed (the queue, the
+    backend alias, ``run_after``) put back, from the run's ``queue`` and ``task_options``.
+    A backend alias no longer configured keeps the task's own."""
+    options = run.task_options if isinstance(run.task_options, dict) else {}
+    using: dict[str, Any] = {}
+    if run.queue is not None and run.queue != task.queue_name:
+        using["queue_name"] = run.queue
+    backend = options.get("backend")
+    if isinstance(backend, str) and backend != task.backend:
+        using["backend"] = backend
+    run_after = _instant(options.get("run_after"))
+    if run_after is not None and run_after != task.run_after:
+        using["run_after"] = run_after
+    if not using:
+        return task
+    try:
+        return task.using(**using)
+    except Exception:  # an alias gone from TASKS, a backend refusing the options now
+        logger.warning("run %s: its task cannot be rebuilt as enqueued (%s)", run.id, using)
+        return task
+
+
 def task_result(run: Workflow, task: Any) -> Any:
-    """The ``TaskResult`` of task run ``run`` of ``task`` (SPEC §13 lists the mapping)."""
+    """The ``TaskResult`` of task run ``run`` of ``task`` (SPEC §13 lists the mapping),
+    its task as enqueued (``as_enqueued``)."""
+    task = as_enqueued(run, task)
     base = framework_module(task, "base")
     status = task_status(base, run.status)
     attempts = [a for a in (run.attempts or []) if isinstance(a, dict)]

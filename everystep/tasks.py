@@ -90,7 +90,13 @@ class EverystepBackend(BaseTaskBackend):
             if task.run_after is None
             else as_instant(task.run_after, f"run_after of task {name}")
         )
-        run = create_run(name, stored, None, due_at=due, queue=task.queue_name)
+        options = {
+            "backend": self.alias,
+            "run_after": None if task.run_after is None else due.isoformat(),
+        }
+        run = create_run(
+            name, stored, None, due_at=due, queue=task.queue_name, task_options=options
+        )
         result = task_runs.task_result(run, task)
         framework_module(task, "signals").task_enqueued.send(sender=type(self), task_result=result)
         return result

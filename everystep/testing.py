@@ -76,7 +76,6 @@ from django.utils import timezone
 
 from everystep import registry
 from everystep.engine.core import crashes, kinds
-from everystep.engine.core.outcome import fail
 from everystep.engine.execute import run_pass
 from everystep.engine.operations import waits
 from everystep.errors import EverystepError
@@ -119,20 +118,10 @@ def run_due(
             if not queue:
                 break
         current = queue.pop(0)
-        try:
-            run_pass(current)
-        except SystemExit as exc:
-            # A body's sys.exit()/exit(): a worker fails the run (``worker.passes``), and
-            # so does this, rather than end the test with the run left ``running``.
-            fail(current, current.workflow or _name_of(current), exc)
+        run_pass(current)
         seen[current.run_id] = None
         passes += 1
     return [run for run_id in seen if (run := get_run(run_id)) is not None]
-
-
-def _name_of(claim: Claim) -> str:
-    run = get_run(claim.run_id)
-    return run.name if run is not None else "?"
 
 
 # How long run_due() waits for a due run whose row another connection holds.

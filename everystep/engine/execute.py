@@ -228,7 +228,9 @@ def replay(
     token = current_frame.set(Frame(state, Scope()))
     try:
         value = defn.fn(*serde.decode(args))
-    except (Exception, RunInterrupted) as exc:
+    except (Exception, RunInterrupted, SystemExit) as exc:
+        # SystemExit too (a body's sys.exit()): the run fails, its held record written,
+        # as for any exception; KeyboardInterrupt still reaches the process.
         outcome = exc
     finally:
         current_frame.reset(token)

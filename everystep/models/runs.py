@@ -151,6 +151,9 @@ class Workflow(EverystepModel):
     queue = models.CharField(max_length=255, null=True, blank=True)
     attempts = models.JSONField(null=True, blank=True)
     resumes = models.BooleanField(null=True, blank=True)
+    # What ``Task.using()`` set for a task's run besides its queue: the backend alias and
+    # ``run_after`` (ISO 8601), so ``get_result()`` gives back the task as enqueued.
+    task_options = models.JSONField(null=True, blank=True)
     # The version of the code that scheduled the run (``everystep.code_version``): a worker
     # on other code leaves a run of a workflow it does not have for a worker that has it;
     # one on this very code (or for a row without it) fails it once, as unknown.

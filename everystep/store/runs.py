@@ -51,13 +51,24 @@ def create_run(
     due_at: Any = None,
     parent: UUID | None = None,
     queue: str | None = None,
+    task_options: dict[str, Any] | None = None,
 ) -> Workflow:
     """Insert a ``scheduled`` run in the caller's transaction, due at ``due_at`` (now by
     default), or return the run that already holds ``(name, idempotency_key)``.
-    ``parent``: the run whose body starts this one (``everystep.start``); ``queue``: the
-    queue of a Django ``@task``'s run (``everystep.tasks``)."""
+    ``parent``: the run whose body starts this one (``everystep.start``); ``queue`` and
+    ``task_options``: a Django ``@task``'s run's queue and what ``Task.using()`` set
+    (``everystep.tasks``)."""
+    columns = {
+        "name": name,
+        "args": args,
+        "due_at": due_at or timezone.now(),
+        "parent_id": parent,
+        "queue": queue,
+        "task_options": task_options,
+        "code_version": code_version.current(),
+    }
     try:
-        return _insert_run(name, args, idempotency_key, due_at or timezone.now(), parent, queue)
+        return _insert_run(columns, idempotency_key)
     except OperationalError as exc:
         refused = too_large(exc)
         if refused is None:
@@ -67,23 +78,9 @@ def create_run(
         raise (missing_tables(exc) or exc) from exc
 
 
-def _insert_run(
-    name: str,
-    args: list[Any],
-    idempotency_key: str | None,
-    due_at: Any,
-    parent: UUID | None,
-    queue: str | None,
-) -> Workflow:
+def _insert_run(columns: dict[str, Any], idempotency_key: str | None) -> Workflow:
     if idempotency_key is None:
-        run = Workflow.objects.create(
-            name=name,
-            args=args,
-            due_at=due_at,
-            parent_id=parent,
-            queue=queue,
-            code_version=code_version.current(),
-        )
+        run = Workflow.objects.create(**columns)
         notify_due()
         return run
     try:
@@ -92,18 +89,11 @@ def _insert_run(
         # waiting. The savepoint keeps the caller's transaction usable when the unique
         # index refuses the insert.
         with database.atomic():
-            run = Workflow.objects.create(
-                name=name,
-                args=args,
-                idempotency_key=idempotency_key,
-                due_at=due_at,
-                parent_id=parent,
-                queue=queue,
-                code_version=code_version.current(),
-            )
+            run = Workflow.objects.create(**columns, idempotency_key=idempotency_key)
             notify_due()
             return run
     except IntegrityError:
+        name, args = columns["name"], columns["args"]
         existing = Workflow.objects.filter(name=name, idempotency_key=idempotency_key).first()
         if existing is None:
             raise

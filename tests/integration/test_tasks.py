@@ -443,3 +443,25 @@ def test_a_task_ending_with_system_exit_fails_and_sends_task_finished():
         signals.task_finished.disconnect(finished)
     assert seen == [(result.id, TaskResultStatus.FAILED)]
     assert tasks.exits.get_result(result.id).status == TaskResultStatus.FAILED
+
+
+def test_get_result_gives_back_the_task_as_using_enqueued_it():
+    """``Task.using()``'s queue and run_after survive the row: ``get_result()`` equals the
+    result ``enqueue()`` returned (every ``TaskResult`` of the run is built the same way:
+    the signals' and the body's own ``context.task_result`` too)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    later = timezone.now() + timedelta(hours=1)
+    result = tasks.add.using(queue_name="emails", run_after=later).enqueue(1, 2)
+    fetched = tasks.add.get_result(result.id)
+    assert fetched == result
+    assert (fetched.task.queue_name, fetched.task.run_after, fetched.backend) == (
+        "emails",
+        later,
+        "default",
+    )
+    plain = tasks.add.enqueue(3, 4)
+    assert tasks.add.get_result(plain.id) == plain
+    assert tasks.add.get_result(plain.id).task.queue_name == "default"

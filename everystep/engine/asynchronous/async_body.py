@@ -105,7 +105,9 @@ async def areplay(
     try:
         body: Coroutine[Any, Any, Any] = defn.fn(*serde.decode(args))
         value = await body
-    except (Exception, RunInterrupted) as exc:
+    except (Exception, RunInterrupted, SystemExit) as exc:
+        # SystemExit too (a body's sys.exit()): the run fails, its held record written,
+        # as for any exception; KeyboardInterrupt still reaches the process.
         outcome = exc
     finally:
         current_frame.reset(token)
