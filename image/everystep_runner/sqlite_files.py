@@ -43,12 +43,16 @@ def _in_memory(name: str) -> bool:
     return name == ":memory:" or name.startswith("file:") or "mode=memory" in name
 
 
-def problem(path: Path) -> str | None:
+def problem(path: Path, *, absent_is_outage: bool = False) -> str | None:
     """What keeps this process from writing the SQLite database ``path``, in one line
-    saying what to change; None if nothing does."""
+    saying what to change; None if nothing does. ``absent_is_outage``: a directory that
+    does not exist is not reported (for a worker, whose own retries say "database
+    unavailable" until it is back, as for a server that is down)."""
     who = f"UID {os.getuid()} (group {os.getgid()})"
     folder = path.parent
     if not folder.is_dir():
+        if absent_is_outage:
+            return None
         return (
             f"SQLite database {path}: the directory {folder} does not exist; mount a volume "
             "there or point the database URL at a directory that exists"
@@ -77,7 +81,8 @@ def _owner(path: Path) -> str:
 def create(path: Path) -> None:
     """Create ``path`` empty and group-writable if it does not exist (an empty file is a
     valid SQLite database)."""
-    with contextlib.suppress(FileExistsError):
+    # Gone meanwhile, or not ours to create: SQLite says so when it opens it.
+    with contextlib.suppress(OSError):
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o664))
 
 
@@ -89,7 +94,9 @@ def ready(*, wait: bool, say: Callable[[str], None] | None = None) -> str | None
     say = say or (lambda line: print(f"everystep-runner: {line}", file=sys.stderr, flush=True))
     said_at: float | None = None
     while True:
-        found = next((line for path in paths() if (line := problem(path))), None)
+        found = next(
+            (line for path in paths() if (line := problem(path, absent_is_outage=wait))), None
+        )
         if found is None:
             for path in paths():
                 create(path)
