@@ -185,6 +185,12 @@ def registered_task(name: str) -> Any:
     return _tasks.get(name)
 
 
+def sizes() -> tuple[int, int]:
+    """How many workflows and tasks are registered: a cheap test of whether any was
+    registered since (the worker's claim asks at every claim)."""
+    return len(_workflows), len(_tasks)
+
+
 def registered_task_names() -> list[str]:
     """The names of every ``Task`` recorded so, sorted."""
     with _lock:

@@ -22,18 +22,18 @@ logger = logging.getLogger("everystep.worker")
 
 CHECK_EVERY = 30.0
 
-_known: tuple[int, int, Carrying] | None = None
+_known: tuple[tuple[int, int], Carrying] | None = None
 
 
 def current() -> Carrying:
     """What this process carries now: worked out again only when a workflow or task was
     registered since (a module imported late)."""
     global _known
-    names = registry.registered_names()
-    tasks = registry.registered_task_names()
-    if _known is None or _known[:2] != (len(names), len(tasks)):
-        _known = (len(names), len(tasks), Carrying(code_version.current(), (*names, *tasks)))
-    return _known[2]
+    sizes = registry.sizes()
+    if _known is None or _known[0] != sizes:
+        names = (*registry.registered_names(), *registry.registered_task_names())
+        _known = (sizes, Carrying(code_version.current(), names))
+    return _known[1]
 
 
 class WaitingRuns:
