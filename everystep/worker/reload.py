@@ -48,17 +48,23 @@ def supervise() -> int:
 
     command = [str(part) for part in get_child_arguments()]
     child: list[subprocess.Popen[bytes]] = []
+    stopping: list[int] = []  # the signals received: no restart after one
 
     def forward(signum: int, _frame: FrameType | None) -> None:
-        if child and child[0].poll() is None:
-            child[0].send_signal(signum)
+        stopping.append(signum)
+        if child:
+            child[0].send_signal(signum)  # a no-op once the child has exited
 
     for signum in _FORWARDED:
         signal.signal(signum, forward)
     while True:
         process = subprocess.Popen(command, env={**os.environ, CHILD: "1"}, process_group=0)
         child[:] = [process]
+        if stopping:  # a signal came while no child ran: pass it on to this one
+            process.send_signal(stopping[0])
         code = process.wait()
+        if stopping:  # stopped: a drain that also saw a change is a clean stop
+            return 0 if code == RESTART else code
         if code != RESTART:
             return code
         logger.info("restarting the worker on the changed code", extra={"event": "worker.reload"})
