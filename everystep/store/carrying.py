@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from datetime import timedelta
 
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from everystep import conf
-from everystep.models import Runner, Status, Workflow
+from everystep.models import Status, Workflow
+from everystep.store.runners import live_runners
 from everystep.values import Carrying
 
 LIMIT = 1000
@@ -49,11 +48,7 @@ def not_carried_by(carrying: Carrying) -> Counter[str]:
 def live_carriers() -> list[Carrying | None]:
     """What each live worker that is not draining can carry (None: a worker of a
     release that does not say, which claims every run)."""
-    silent_for = max(conf.worker_default("orphan_timeout"), 2 * conf.worker_default("heartbeat"))
-    recent = timezone.now() - timedelta(seconds=silent_for)
-    rows = Runner.objects.filter(last_seen__gt=recent, draining=False).values_list(
-        "code_version", "carries"
-    )
+    rows = live_runners().filter(draining=False).values_list("code_version", "carries")
     return [
         None if version is None or names is None else Carrying(version, tuple(names))
         for version, names in rows

@@ -231,12 +231,16 @@ def held_runs() -> dict[str, int]:
     return {name: n for name, n in rows}
 
 
-def live_runner_names() -> list[str]:
+def live_runners() -> Any:
     """The runners heard from too recently to be taken for dead (``Runner.may_be_alive``
-    with the project's orphan timeout and heartbeat): their runs are theirs to finish."""
+    with the project's orphan timeout and heartbeat), as a query."""
     silent_for = max(conf.worker_default("orphan_timeout"), 2 * conf.worker_default("heartbeat"))
-    recent = timezone.now() - timedelta(seconds=silent_for)
-    return list(Runner.objects.filter(last_seen__gt=recent).values_list("name", flat=True))
+    return Runner.objects.filter(last_seen__gt=timezone.now() - timedelta(seconds=silent_for))
+
+
+def live_runner_names() -> list[str]:
+    """The names of ``live_runners``: their runs are theirs to finish."""
+    return list(live_runners().values_list("name", flat=True))
 
 
 def known_runner_names() -> list[str]:
