@@ -15,7 +15,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from tests.workers import ROOT, running, worker_env
+from tests.workers import ROOT, running, worker_command, worker_env
 
 SETTINGS = """\
 from {base} import *  # noqa: F403
@@ -105,8 +105,7 @@ def worker(
     tree: Path, name: str, log: Path, *more: str
 ) -> AbstractContextManager[subprocess.Popen[bytes]]:
     """A real worker process of ``tree``'s code, polling often, while the block runs."""
-    command = [sys.executable, str(ROOT / "manage.py"), "everystep_worker", "--name", name]
-    return running([*command, "--poll", "0.05", *more], log, env_of(tree))
+    return running(worker_command(name, ["--poll", "0.05", *more]), log, env_of(tree))
 
 
 def on_code(tree: Path, code: str) -> list[str]:

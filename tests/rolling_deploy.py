@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.code_trees import env_of
-from tests.workers import ROOT
+from tests.workers import ROOT, worker_command
 
 SCHEDULE = """
 import json, sys, time
@@ -92,15 +92,12 @@ def _ids(proc: subprocess.Popen[str]) -> list[str]:
 
 
 def _start(tree: Path, name: str, logs: Path, pool: int) -> subprocess.Popen[bytes]:
-    command = [sys.executable, str(ROOT / "manage.py"), "everystep_worker", "--name", name]
-    log = open(logs / f"{name}-{tree.name}.log", "ab")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen(
-        [*command, "--poll", "0.05", "--pool", str(pool), "--drain", "60"],
-        cwd=ROOT,
-        env=env_of(tree),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    command = worker_command(name, ["--poll", "0.05", "--pool", str(pool), "--drain", "60"])
+    # The child keeps its own copy of the file: this process's is closed at once.
+    with open(logs / f"{name}-{tree.name}.log", "ab") as log:
+        return subprocess.Popen(
+            command, cwd=ROOT, env=env_of(tree), stdout=log, stderr=subprocess.STDOUT
+        )
 
 
 def roll(
