@@ -93,12 +93,13 @@ def ready(*, wait: bool, say: Callable[[str], None] | None = None) -> str | None
     seconds until there is none; a worker then starts without a restart."""
     say = say or (lambda line: print(f"everystep-runner: {line}", file=sys.stderr, flush=True))
     said_at: float | None = None
+    databases = paths()  # the settings do not change while this waits
     while True:
         found = next(
-            (line for path in paths() if (line := problem(path, absent_is_outage=wait))), None
+            (line for path in databases if (line := problem(path, absent_is_outage=wait))), None
         )
         if found is None:
-            for path in paths():
+            for path in databases:
                 create(path)
             if said_at is not None:
                 say("the SQLite database is writable now: starting")
