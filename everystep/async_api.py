@@ -24,28 +24,39 @@ from uuid import UUID
 
 from asgiref.sync import markcoroutinefunction, sync_to_async
 
+from everystep.decorators import is_django_task
+
 if TYPE_CHECKING:
     from everystep.models import Workflow
 
 
-async def aschedule(
+@markcoroutinefunction
+def aschedule(
     workflow_fn: Callable[..., Any],
     *args: Any,
     at: datetime | None = None,
     delay: timedelta | float | None = None,
     idempotency_key: str | None = None,
     **keywords: Never,
-) -> Workflow:
+) -> Awaitable[Workflow]:
     """``schedule()`` from async code. It runs on Django's thread for sync code
     (``sync_to_async``), so it joins a transaction only if that thread holds one: in an
     async view there is none, and the run commits at once. To schedule with other writes
     in one transaction, put both in a sync function and await it through
-    ``sync_to_async`` (docs/async.md)."""
-    from everystep.scheduling import schedule
+    ``sync_to_async`` (docs/async.md). In an async workflow or task body it is recorded
+    as ``astart()`` is."""
+    from everystep.engine.asynchronous import async_ops
+    from everystep.scheduling import due_time, run_of, schedule
+    from everystep.store.step_records import Child
 
-    return await sync_to_async(schedule, thread_sensitive=True)(
-        workflow_fn, *args, at=at, delay=delay, idempotency_key=idempotency_key, **keywords
-    )
+    frame = async_ops.async_frame("aschedule()", "schedule()")
+    if frame is None:
+        return sync_to_async(schedule, thread_sensitive=True)(
+            workflow_fn, *args, at=at, delay=delay, idempotency_key=idempotency_key, **keywords
+        )
+    defn, stored = run_of(workflow_fn, args, keywords, idempotency_key, "schedule")
+    child = Child(defn.name, stored, idempotency_key, due_time(at, delay, "aschedule()"))
+    return async_ops.astart(frame, child, None)
 
 
 async def asend(run_id: UUID | str, name: str, payload: Any = None) -> bool:
@@ -114,15 +125,24 @@ def astart(
     *args: Any,
     idempotency_key: str | None = None,
     everystep_id: str | None = None,
-    **keywords: Never,
-) -> Awaitable[Workflow]:
+    **keywords: Any,
+) -> Awaitable[Any]:
     """``start()`` from an async workflow body (a recorded child start); outside a body
-    it is ``aschedule()``."""
+    it is ``aschedule()``. A Django ``@task`` is started as ``start()`` starts one."""
     from everystep.engine.asynchronous import async_ops
-    from everystep.scheduling import run_of
+    from everystep.scheduling import run_of, task_backend
+    from everystep.store.runs import create_run
+    from everystep.store.step_records import Child
 
+    if is_django_task(workflow_fn):
+        return task_backend(workflow_fn, "astart").astart(
+            workflow_fn, args, keywords, idempotency_key=idempotency_key, everystep_id=everystep_id
+        )
     defn, stored = run_of(workflow_fn, args, keywords, idempotency_key, "astart")
-    return async_ops.astart(defn.name, stored, idempotency_key, everystep_id)
+    frame = async_ops.async_frame("astart()", "start()")
+    if frame is None:
+        return async_ops.offload(create_run, defn.name, stored, idempotency_key)
+    return async_ops.astart(frame, Child(defn.name, stored, idempotency_key), everystep_id)
 
 
 def awatch(

@@ -4,11 +4,10 @@ Below ``api`` and ``async_api``, which both offer it."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
-from uuid import UUID
-
-from everystep.errors import EverystepError
 
 if TYPE_CHECKING:
+    from uuid import UUID
+
     from everystep.models import Workflow
 
 
@@ -20,23 +19,9 @@ def cancel(run: Workflow | UUID | str, reason: str | None = None) -> Workflow:
     Commits at once. Returns the run, refreshed. ``EverystepError`` for an unknown run or
     one already finished. In a workflow body, call it from a step (its effect, like any
     other, belongs in one)."""
+    from everystep.engine.operations.results import run_ids
     from everystep.store.audit import Actor
     from everystep.store.runs import cancel_run
 
-    run_id = _run_id(run, "cancel()")
+    (run_id,) = run_ids([run], "cancel()")
     return cancel_run(str(run_id), actor=Actor("code", "everystep.cancel"), reason=reason or "")
-
-
-def _run_id(run: Workflow | UUID | str, what: str) -> UUID:
-    """The id of ``run`` (a run, a UUID or its text); ``EverystepError`` naming ``what``
-    for anything else."""
-    from everystep.models import Workflow as WorkflowModel
-
-    if isinstance(run, WorkflowModel):
-        return run.id
-    if isinstance(run, UUID):
-        return run
-    try:
-        return UUID(str(run))
-    except ValueError:
-        raise EverystepError(f"{what} takes a run or a run id, got {run!r}") from None

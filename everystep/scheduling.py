@@ -21,6 +21,7 @@ from everystep.errors import EverystepError, WorkflowNotDiscoveredWarning
 from everystep.registry import WorkflowDef
 
 if TYPE_CHECKING:
+    from everystep.engine.core.pass_state import Frame
     from everystep.models import Workflow
 
 
@@ -40,19 +41,46 @@ def schedule(
     ``timedelta`` or seconds) starts it later: no worker claims it before then. With
     ``idempotency_key``, scheduling the same workflow and key again returns the
     existing run instead of creating a second one.
+
+    Called in a running workflow or task body, the run is started as ``start()`` starts
+    one (recorded, so a replay returns the same run; its ``parent`` is the caller).
     """
+    from everystep.store.runs import create_run
+
+    defn, stored = run_of(workflow_fn, args, keywords, idempotency_key, "schedule")
+    due = due_time(at, delay, "schedule()")
+    frame = _body_frame("schedule()", "aschedule()")
+    if frame is not None:
+        from everystep.engine.operations import children
+
+        return children.start(frame, defn.name, stored, idempotency_key, None, due_at=due)
+    return create_run(defn.name, stored, idempotency_key, due_at=due)
+
+
+def due_time(at: datetime | None, delay: timedelta | float | None, verb: str) -> datetime:
+    """When a run scheduled with ``at`` or ``delay`` (``schedule()``) is due."""
     from django.utils import timezone
 
     from everystep.engine.operations.waits import as_delay, as_instant
-    from everystep.store.runs import create_run
 
     if at is not None and delay is not None:
-        raise TypeError("schedule() takes at= or delay=, not both")
-    due = timezone.now() if at is None else as_instant(at, "schedule() at")
+        raise TypeError(f"{verb} takes at= or delay=, not both")
+    due = timezone.now() if at is None else as_instant(at, f"{verb} at")
     if delay is not None:
-        due += as_delay(delay, "schedule() delay")
-    defn, stored = run_of(workflow_fn, args, keywords, idempotency_key, "schedule")
-    return create_run(defn.name, stored, idempotency_key, due_at=due)
+        due += as_delay(delay, f"{verb} delay")
+    return due
+
+
+def _body_frame(what: str, twin: str) -> Frame | None:
+    """The frame of the sync body calling ``what``; None outside a body (or in a step's
+    body, where starting a run is a plain insert)."""
+    from everystep.engine.core.recorded import body_frame
+    from everystep.engine.operations.waits import sync_only
+
+    frame = body_frame()
+    if frame is not None:
+        sync_only(frame, what, twin)
+    return frame
 
 
 def start(
@@ -60,23 +88,41 @@ def start(
     *args: Any,
     idempotency_key: str | None = None,
     everystep_id: str | None = None,
-    **keywords: Never,
-) -> Workflow:
+    **keywords: Any,
+) -> Any:
     """Inside a running workflow body (or fork branch): start a child run of
     ``workflow_fn(*args)``, recorded like a step, so a replay returns the same child and
     no crash can start a second one; the child's ``parent`` is the calling run. Outside
-    a running body it is ``schedule()``."""
-    from everystep.engine.core.recorded import body_frame
+    a running body it is ``schedule()``.
+
+    ``workflow_fn`` may be a Django ``@task`` of everystep's backend: then ``keywords``
+    are the task's, and the ``TaskResult`` is returned, as ``task.enqueue()`` does."""
     from everystep.engine.operations import children
-    from everystep.engine.operations.waits import sync_only
     from everystep.store.runs import create_run
 
+    if is_django_task(workflow_fn):
+        return task_backend(workflow_fn, "start").start(
+            workflow_fn, args, keywords, idempotency_key=idempotency_key, everystep_id=everystep_id
+        )
     defn, stored = run_of(workflow_fn, args, keywords, idempotency_key, "start")
-    frame = body_frame()
+    frame = _body_frame("start()", "astart()")
     if frame is None:
         return create_run(defn.name, stored, idempotency_key)
-    sync_only(frame, "start()", "astart()")
     return children.start(frame, defn.name, stored, idempotency_key, everystep_id)
+
+
+def task_backend(task: Any, verb: str) -> Any:
+    """The everystep backend of the Django task ``task``, or why it cannot be
+    ``verb``-ed."""
+    from everystep.task_framework import is_everystep_backend
+
+    backend = task.get_backend()
+    if not is_everystep_backend(backend):
+        raise TypeError(
+            f"cannot {verb} task {task_name(task)}: its backend {task.backend!r} is not "
+            "everystep's (everystep.tasks.EverystepBackend); call task.enqueue()"
+        )
+    return backend
 
 
 # The keywords of schedule() and start() themselves, for the message about the others.

@@ -31,6 +31,16 @@ def framework_of(obj: Any) -> str | None:
     return None
 
 
+def is_task_result(obj: Any) -> bool:
+    """Whether ``obj`` is a ``TaskResult`` of Django's task framework (or its backport)."""
+    kind = type(obj)
+    for package in FRAMEWORKS:
+        result_class = getattr(sys.modules.get(f"{package}.base"), "TaskResult", None)
+        if isinstance(result_class, type) and issubclass(kind, result_class):
+            return True
+    return False
+
+
 def is_everystep_backend(backend: Any) -> bool:
     """Whether ``backend`` (a task backend, or its class) is everystep's."""
     return getattr(backend, BACKEND_MARK, False) is True

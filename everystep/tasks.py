@@ -17,6 +17,7 @@ not know is a system check error (``everystep.checks``).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Awaitable
 from typing import Any
 from uuid import UUID
 
@@ -35,10 +36,19 @@ except ImportError:  # pragma: no cover - the branch taken depends on the Django
             "5.2 the django-tasks backport (pip install django-tasks)"
         ) from exc
 
+from asgiref.sync import sync_to_async
+
 from everystep import registry, safe_text, serde, task_runs
 from everystep.decorators import MAX_NAME_LENGTH
-from everystep.engine.operations.waits import as_instant
+from everystep.engine.asynchronous import async_ops
+from everystep.engine.asynchronous.offload import offload
+from everystep.engine.core.recorded import Operation, body_frame, reach
+from everystep.engine.core.replay import Decision
+from everystep.engine.operations import children
+from everystep.engine.operations.waits import as_instant, sync_only
+from everystep.models import Status, Workflow
 from everystep.store.runs import create_run, get_run
+from everystep.store.step_records import Child
 from everystep.task_framework import framework_module
 
 
@@ -63,7 +73,63 @@ class EverystepBackend(BaseTaskBackend):
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         """Insert a run of ``task(*args, **kwargs)`` in the current transaction on
-        everystep's database, due at the task's ``run_after`` (or now)."""
+        everystep's database, due at the task's ``run_after`` (or now). Called in a
+        workflow or task body, the start is recorded like ``start()``'s: a replay
+        returns the same ``TaskResult`` and inserts nothing."""
+        return self.start(task, args, kwargs)
+
+    async def aenqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        """``enqueue()`` from async code; in an async body, recorded as ``astart()``."""
+        return await self.astart(task, args, kwargs)
+
+    def start(
+        self,
+        task: Any,
+        args: Any,
+        kwargs: Any,
+        *,
+        idempotency_key: str | None = None,
+        everystep_id: str | None = None,
+    ) -> Any:
+        """``enqueue()`` with ``start()``'s keywords (``everystep.start(task, ...)``)."""
+        child = self._child(task, args, kwargs, idempotency_key)
+        frame = body_frame()
+        if frame is None:
+            run = create_run(
+                child.name,
+                child.args,
+                idempotency_key,
+                due_at=child.due_at,
+                queue=child.queue,
+                task_options=child.task_options,
+            )
+            return self._enqueued(task, run)
+        sync_only(frame, "enqueue() of a task", "aenqueue()")
+        return self._started(task, reach(frame, children.START, everystep_id=everystep_id), child)
+
+    def astart(
+        self,
+        task: Any,
+        args: Any,
+        kwargs: Any,
+        *,
+        idempotency_key: str | None = None,
+        everystep_id: str | None = None,
+    ) -> Awaitable[Any]:
+        """``start()`` from async code. Its position is taken as it is called, as every
+        operation of an async body's is (``engine.asynchronous.async_ops``)."""
+        frame = async_ops.async_frame("aenqueue() of a task", "enqueue()")
+        if frame is None:
+            return sync_to_async(self.start, thread_sensitive=True)(
+                task, args, kwargs, idempotency_key=idempotency_key
+            )
+        child = self._child(task, args, kwargs, idempotency_key)
+        op = reach(frame, children.START, everystep_id=everystep_id)
+        return async_ops.issue(lambda: offload(self._started, task, op, child), op)
+
+    def _child(self, task: Any, args: Any, kwargs: Any, idempotency_key: str | None) -> Child:
+        """The run ``task(*args, **kwargs)`` is to be, checked before anything is
+        written."""
         self.validate_task(task)
         name = task.module_path
         self._check_runnable(task, name)
@@ -94,9 +160,29 @@ class EverystepBackend(BaseTaskBackend):
             "backend": self.alias,
             "run_after": None if task.run_after is None else due.isoformat(),
         }
-        run = create_run(
-            name, stored, None, due_at=due, queue=task.queue_name, task_options=options
-        )
+        return Child(name, stored, idempotency_key, due, task.queue_name, options)
+
+    def _started(self, task: Any, op: Operation, child: Child) -> Any:
+        """The task run ``child`` a body starts at ``op``: inserted with its record on
+        the first pass, the same run read back on a replay."""
+        handle = children.started(op, child)
+        run = get_run(handle.id)
+        if run is None:  # pruned since the first pass: the result that pass returned
+            run = Workflow(
+                id=handle.id,
+                name=child.name,
+                args=child.args,
+                status=Status.SCHEDULED,
+                created_at=child.due_at,
+                due_at=child.due_at,
+                queue=child.queue,
+                task_options=child.task_options,
+            )
+        if op.decision is not Decision.EXECUTE:
+            return task_runs.task_result(run, task)
+        return self._enqueued(task, run)
+
+    def _enqueued(self, task: Any, run: Workflow) -> Any:
         result = task_runs.task_result(run, task)
         framework_module(task, "signals").task_enqueued.send(sender=type(self), task_result=result)
         return result

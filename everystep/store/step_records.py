@@ -59,12 +59,17 @@ def refused(claim: Claim) -> ClaimLost:
 
 @dataclass(frozen=True)
 class Child:
-    """A child run a record starts (``everystep.start``): inserted in the record's
-    transaction, and named by the record's result."""
+    """A run a body starts (``everystep.start``: ``start()``, and ``schedule()`` or a
+    task's ``enqueue()`` called in a body): inserted in the record's transaction, and
+    named by the record's result. ``due_at`` None is now; ``queue`` and
+    ``task_options`` are a Django task's (``everystep.tasks``)."""
 
     name: str
     args: list[Any]
     idempotency_key: str | None = None
+    due_at: Any = None
+    queue: str | None = None
+    task_options: dict[str, Any] | None = None
 
 
 @guarded
@@ -147,11 +152,20 @@ def _insert_child(claim: Claim, child: Child) -> uuid.UUID:
     """Insert the child run (in the record's transaction); its id. A parent starting a
     thousand children does this a thousand times in one pass, so a child without an
     idempotency key is one statement written for the database, like a step record; one
-    with a key takes ``create_run``'s way, which returns the run holding the key."""
-    if child.idempotency_key is not None:
+    with a key (or a task's, rarer) takes ``create_run``'s way, which returns the run
+    holding the key."""
+    if child.idempotency_key is not None or child.queue is not None:
         from everystep.store.runs import create_run
 
-        return create_run(child.name, child.args, child.idempotency_key, parent=claim.run_id).id
+        return create_run(
+            child.name,
+            child.args,
+            child.idempotency_key,
+            due_at=child.due_at,
+            parent=claim.run_id,
+            queue=child.queue,
+            task_options=child.task_options,
+        ).id
     db, conn = current()
     run_id, now = uuid7(), timezone.now()
     values = {
@@ -160,7 +174,7 @@ def _insert_child(claim: Claim, child: Child) -> uuid.UUID:
         "args": child.args,
         "created_at": now,
         "updated_at": now,
-        "due_at": now,
+        "due_at": child.due_at or now,
         "parent_id": claim.run_id,
         "code_version": code_version.current(),
     }

@@ -1,7 +1,8 @@
 """Django ``@task`` functions run by real worker processes on everystep's backend (issue
 35): a task completes and reads back as a ``TaskResult``; a task whose worker is
 SIGKILLed during its second step resumes after a restart without running the first step's
-body again; a row naming anything but a task fails once and nothing is called."""
+body again; a row naming anything but a task fails once and nothing is called; a parent
+killed after starting a child starts no second one (issue 54)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from everystep import schedule
 from everystep.models import Status, Workflow
 from everystep.store.runs import create_run
 from tests.acceptance.conftest import wait_until
-from tests.testapp import tasks
+from tests.testapp import composition, tasks
 from tests.testapp.models import Execution
 
 try:  # Django 6
@@ -108,3 +110,45 @@ def test_a_row_named_os_system_is_failed_once_and_nothing_runs(workers, tmp_path
     proc.signal(signal.SIGTERM)
     assert proc.wait(60) == 0
     assert "unknown workflow 'os.system'" in proc.log()
+
+
+def test_a_parent_killed_after_starting_children_starts_each_only_once(workers, tmp_path: Path):
+    """Chaining survives a crash (issue 54): a task that ``enqueue()``s a child and a
+    workflow that ``schedule()``s one are SIGKILLed in the step that follows; after the
+    restart each has exactly one child, and the task's result names it."""
+    gate = tmp_path / "gate"
+    task_parent = tasks.chain_then_wait.enqueue("chain", str(gate))
+    flow_parent = schedule(composition.schedules_then_waits, "flow", str(gate))
+    first = workers("chainer", *FAST)
+    wait_until(
+        lambda: Execution.objects.filter(step__in=["chain:second", "flow:gate"]).count() == 2,
+        60,
+        "both parents to reach their waiting step",
+    )
+    first.signal(signal.SIGKILL)
+    first.wait(30)
+    gate.touch()
+    again = workers("chainer", *FAST)
+    wait_until(lambda: finished(task_parent), 60, "the task parent to finish after the restart")
+    wait_until(
+        lambda: Workflow.objects.get(id=flow_parent.id).status == Status.COMPLETED,
+        60,
+        "the workflow parent to finish after the restart",
+    )
+    assert Workflow.objects.filter(name=tasks.add.module_path).count() == 1
+    assert Workflow.objects.filter(name__endswith=".child_sum").count() == 1
+    [task_child] = Workflow.objects.filter(parent_id=task_parent.id)
+    [flow_child] = Workflow.objects.filter(parent_id=flow_parent.id)
+    assert task_parent.return_value == str(task_child.id), "the same TaskResult on the replay"
+    assert Workflow.objects.get(id=flow_parent.id).result == str(flow_child.id)
+    assert Execution.objects.filter(step__in=["chain:second", "flow:gate"]).count() == 4
+    wait_until(
+        lambda: all(
+            Workflow.objects.get(id=child.id).status == Status.COMPLETED
+            for child in (task_child, flow_child)
+        ),
+        60,
+        "the children to finish",
+    )
+    again.signal(signal.SIGTERM)
+    assert again.wait(60) == 0

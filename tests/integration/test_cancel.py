@@ -104,7 +104,7 @@ def test_cancel_from_code_refuses_a_finished_unknown_or_malformed_run():
         cancel(run)
     with pytest.raises(EverystepError, match="no run with id"):
         cancel("00000000-0000-0000-0000-000000000000")
-    with pytest.raises(EverystepError, match=r"cancel\(\) takes a run or a run id"):
+    with pytest.raises(EverystepError, match=r"cancel\(\): not a run id"):
         cancel("not-a-run")
     run.refresh_from_db()
     assert run.status == "completed"

@@ -4,9 +4,22 @@ step, so it runs again on each replay): tests count the passes a parent took."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
-from everystep import Terminal, gather, parallel, result, start, step, wait_for, workflow
+from everystep import (
+    Terminal,
+    aschedule,
+    gather,
+    parallel,
+    result,
+    schedule,
+    start,
+    step,
+    wait_for,
+    workflow,
+)
 from everystep.errors import RunCancelled, RunStopped, WaitTimeout
 from tests.testapp.wait_workflows import executed
 
@@ -150,3 +163,46 @@ def quiet_parent(event: str) -> Any:
     """Starts a child that waits for ``event`` and waits for it; writes nothing between
     records, as the replay check requires of a body."""
     return result(start(child_waits, event))
+
+
+@workflow
+def schedules_children(a: int) -> list[str]:
+    """Schedules a run now and one in an hour with ``schedule()``, not ``start()``, then
+    takes a step: a replay past the schedules inserts no second run (issue 54)."""
+    executed("pass")
+    now = schedule(child_sum, a, 1)
+    later = schedule(child_sum, a, 2, delay=3600)
+    add(a, 0)
+    return [str(now.id), str(later.id)]
+
+
+@workflow
+async def aschedules_children(a: int) -> list[str]:
+    """``schedules_children`` for an async body: ``aschedule()``, each recorded."""
+    now = await aschedule(child_sum, a, 1)
+    later = await aschedule(child_sum, a, 2, delay=3600)
+    await add(a, 0)
+    return [str(now.id), str(later.id)]
+
+
+@workflow
+def schedules_then_waits(label: str, gate: str) -> str:
+    """Schedules a child, then waits in a step until ``gate`` exists (a worker can be
+    killed there): the replay after the kill must schedule nothing again."""
+    child = schedule(child_sum, 1, 2)
+    waits_at_gate(label, gate)
+    return str(child.id)
+
+
+@step
+def waits_at_gate(label: str, gate: str) -> None:
+    executed(f"{label}:gate")
+    while not Path(gate).exists():
+        time.sleep(0.05)
+
+
+@workflow
+async def async_sync_scheduler() -> None:
+    """Calls the sync ``schedule()`` in an async body: the run fails saying to await
+    ``aschedule()``, and nothing is scheduled."""
+    schedule(child_sum, 1, 1)

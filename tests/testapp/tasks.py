@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from everystep import parallel, sleep, step, wait_for
+from everystep import astart, parallel, sleep, start, step, wait_for
 from tests.testapp.wait_workflows import executed
 
 try:  # Django 6
@@ -120,3 +120,34 @@ def first_plus_one(n: int) -> int:
 def exits(code: int) -> None:
     """Ends its process the way scripts do: a worker fails the run (and so does run_due())."""
     raise SystemExit(code)
+
+
+@task
+def chains(n: int) -> dict[str, str]:
+    """Chains tasks the ways Django users do — ``enqueue()``, through ``using()`` too —
+    and with ``everystep.start()``, then takes a step: each start is recorded, so a
+    replay returns the same ``TaskResult`` and enqueues nothing again (issue 54)."""
+    executed("chains:pass")
+    child = add.enqueue(n, 1)
+    routed = add.using(queue_name="emails").enqueue(n, 2)
+    started = start(add, n, 3, scale=2)
+    first(f"chains:{n}")
+    return {"enqueued": child.id, "routed": routed.id, "started": started.id}
+
+
+@task
+async def achains(n: int) -> dict[str, str]:
+    """``chains`` for an async task: ``aenqueue()`` and ``astart()``."""
+    child = await add.aenqueue(n, 1)
+    started = await astart(add, n, 3, scale=2)
+    await first_plus_one(n)
+    return {"enqueued": child.id, "started": started.id}
+
+
+@task
+def chain_then_wait(label: str, gate: str) -> str:
+    """Enqueues a child task, then waits in a step until ``gate`` exists (a worker can
+    be killed there)."""
+    child = add.enqueue(1, 2)
+    second(label, gate)
+    return str(child.id)

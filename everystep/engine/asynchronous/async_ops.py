@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from uuid import UUID
 
     from everystep.models import Workflow
+    from everystep.store.step_records import Child
 
 
 async def operation(work: Callable[[], Awaitable[Any]], op: Operation) -> Any:
@@ -131,18 +132,11 @@ def await_for(name: str, timeout: timedelta | float | None = None) -> Coroutine[
 # -- children and runs -------------------------------------------------------------------
 
 
-def astart(
-    name: str, stored: Any, idempotency_key: str | None, everystep_id: str | None
-) -> Coroutine[Any, Any, Workflow]:
-    """The child start of workflow ``name`` with ``stored`` arguments; outside a body, a
-    run scheduled at once."""
-    from everystep.store.runs import create_run
-
-    frame = async_frame("astart()", "start()")
-    if frame is None:
-        return offload(create_run, name, stored, idempotency_key)
+def astart(frame: Frame, child: Child, everystep_id: str | None) -> Coroutine[Any, Any, Workflow]:
+    """The start of ``child`` in the async body of ``frame`` (``astart``, ``aschedule``),
+    its position taken now."""
     op = reach(frame, children.START, everystep_id=everystep_id)
-    return issue(lambda: offload(children.started, op, name, stored, idempotency_key), op)
+    return issue(lambda: offload(children.started, op, child), op)
 
 
 def result_in_body(

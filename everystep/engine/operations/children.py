@@ -1,4 +1,6 @@
-"""Child runs: ``start()`` inside a running body.
+"""Child runs: ``start()`` inside a running body, and every other way a body starts a
+run — ``schedule()``, a Django task's ``enqueue()`` — which would otherwise insert
+another run on every replay.
 
 A child's start is a recorded operation like a step (it takes a position, accepts
 ``everystep_id=``): a ``done`` record named ``everystep.start`` whose result names the
@@ -10,6 +12,7 @@ pass can start a second one.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -25,25 +28,35 @@ START = kinds.START.record
 
 
 def start(
-    frame: Frame, name: str, args: list[Any], idempotency_key: str | None, everystep_id: str | None
+    frame: Frame,
+    name: str,
+    args: list[Any],
+    idempotency_key: str | None,
+    everystep_id: str | None,
+    *,
+    due_at: datetime | None = None,
 ) -> Workflow:
     """Start a child run of workflow ``name`` with the encoded ``args`` from the body in
-    ``frame``, or return the child an earlier pass started at this position."""
-    return started(reach(frame, START, everystep_id=everystep_id), name, args, idempotency_key)
+    ``frame``, due at ``due_at`` (now if None), or return the child an earlier pass
+    started at this position."""
+    op = reach(frame, START, everystep_id=everystep_id)
+    return started(op, Child(name, args, idempotency_key, due_at=due_at))
 
 
-def started(op: Operation, name: str, args: list[Any], idempotency_key: str | None) -> Workflow:
-    """The child start reached as ``op`` (``start``, ``astart``)."""
-    run = op.run
+def started(op: Operation, child: Child) -> Workflow:
+    """The start of ``child`` reached as ``op`` (``start``, ``astart``, and the
+    ``schedule``, ``enqueue`` and their async twins a body calls)."""
+    run, name = op.run, child.name
     if op.decision is Decision.EXECUTE:
+        key = child.idempotency_key
         started = record(
             run,
             op.step_id,
             START,
             StepStatus.DONE,
-            args=[name, args],
-            kwargs={} if idempotency_key is None else {"idempotency_key": idempotency_key},
-            child=Child(name, args, idempotency_key),
+            args=[name, child.args],
+            kwargs={} if key is None else {"idempotency_key": key},
+            child=child,
         ).result
     else:
         assert op.recorded is not None and op.decision is Decision.SERVE_RESULT

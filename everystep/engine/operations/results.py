@@ -37,27 +37,32 @@ from everystep.engine.operations.waits import Awaited, durable, sync_only
 from everystep.errors import EverystepError, RunCancelled, RunStopped
 from everystep.models import FINAL_STATUSES, Status, Workflow
 from everystep.store import run_waits
+from everystep.task_framework import is_task_result
 
 RESULT = kinds.RESULT.record
 GATHER = kinds.GATHER.record
 
 
-def run_ids(runs: Sequence[Workflow | uuid.UUID | str], what: str) -> list[uuid.UUID]:
-    """The ids of ``runs`` (``Workflow`` rows or ids), checked."""
+def run_ids(runs: Sequence[Workflow | uuid.UUID | str | Any], what: str) -> list[uuid.UUID]:
+    """The ids of ``runs`` (``Workflow`` rows, a task's ``TaskResult``, or ids), checked."""
     ids = []
     for run in runs:
-        value = run.pk if isinstance(run, Workflow) else run
+        value: Any = run.pk if isinstance(run, Workflow) else run
+        if is_task_result(value):  # a task's run: its id is the run's
+            value = value.id
         try:
             ids.append(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
         except ValueError:
-            raise EverystepError(f"{what}: not a run id: {str(value)[:60]!r}") from None
+            raise EverystepError(
+                f"{what}: not a run id (nor a run or a TaskResult): {str(value)[:60]!r}"
+            ) from None
     return ids
 
 
 def listed_ids(runs: Sequence[Workflow | uuid.UUID | str], what: str, one: str) -> list[uuid.UUID]:
     """The ids of a list of runs given to ``what``; one run alone is refused, naming
     ``one``, the call for it."""
-    if isinstance(runs, str | bytes | Workflow | uuid.UUID):
+    if isinstance(runs, str | bytes | Workflow | uuid.UUID) or is_task_result(runs):
         raise EverystepError(f"{what} takes a list of runs; for one run use {one}")
     return run_ids(list(runs), what)
 
