@@ -30,11 +30,14 @@ import os
 import queue
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
 from typing import Any
 from uuid import UUID
 
+from asgiref.sync import AsyncToSync
+
 from everystep import conf, serde
+from everystep.engine.asynchronous.offload import close_idle, offload_to
 from everystep.engine.core.pass_state import RunState, check_name, current_frame
 from everystep.errors import EverystepError, StoreUnavailable
 from everystep.store import database, published
@@ -107,12 +110,34 @@ def _too_many_keys(run: RunState) -> EverystepError:
 
 def _write(run: RunState, key: str, stored: Any, cap: int | None) -> bool:
     """Write the value where the module docstring says; False: refused by the cap."""
+    if not _on_event_loop():
+        return _write_here(run.run_id, key, stored, cap)
+    caller = _sync_caller()
+    if caller is not None:
+        return bool(caller.submit(_write_here, run.run_id, key, stored, cap).result())
+    return _writer().write(run.run_id, key, stored, cap)
+
+
+def _write_here(run_id: UUID, key: str, stored: Any, cap: int | None) -> bool:
+    """The write from a thread that may use the ORM."""
     conn = database.connection()
-    if _on_event_loop() or (
-        conn.in_atomic_block and conn.vendor != "sqlite" and not _in_a_test(conn)
-    ):
-        return _writer().write(run.run_id, key, stored, cap)
-    return published.write(run.run_id, key, stored, cap=cap)
+    if conn.in_atomic_block and conn.vendor != "sqlite" and not _in_a_test(conn):
+        return _writer().write(run_id, key, stored, cap)
+    return published.write(run_id, key, stored, cap=cap)
+
+
+def _sync_caller() -> Executor | None:
+    """Outside a worker, an async body runs on a loop that sync code started and waits
+    for (``async_to_sync``: ``testing.run_due()``, a replay check), and the body's ORM
+    work runs on that code's thread (``offload``), on its connection — in a test, inside
+    the test's transaction. A value is written there too: anywhere else it would wait
+    for the test's write lock (SQLite) or a row no other connection sees. That thread
+    serves such work while it waits (asgiref's executor for it, found as
+    ``sync_to_async`` finds it). None in a worker's loop, whose threads are its own."""
+    if offload_to.get() is not None:
+        return None
+    executor = getattr(AsyncToSync.executors, "current", None)
+    return executor if isinstance(executor, Executor) else None
 
 
 def _in_a_test(conn: Any) -> bool:
@@ -169,6 +194,10 @@ class _Writer:
     def _run(self) -> None:
         last_notify = 0.0
         while True:
+            if self.jobs.empty() and conf.in_test_environment():
+                # A test database is dropped when the tests end, which PostgreSQL
+                # refuses while a connection is open to it: the writer keeps none idle.
+                close_idle()
             job = self.jobs.get()
             if job is not None:
                 self._do(job)
