@@ -102,6 +102,12 @@ class RunStopped(_Stop):
     that waited goes on (or fails) as its body decides."""
 
 
+class UnstorableValue(EverystepError, TypeError):
+    """A value of a type everystep cannot store (an argument, a step's result, a published
+    value): a ``TypeError`` too, as JSON's own refusal is, so a Django task whose return
+    value cannot be stored fails with an error that is one, as on Django's backends."""
+
+
 class RunCancelled(EverystepError):
     """``result()``/``gather()`` of a run that was cancelled."""
 

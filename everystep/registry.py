@@ -29,8 +29,9 @@ class WorkflowDef:
     # abandoned); an ``EverystepError``: the run fails. None for a ``@workflow``.
     begin: Callable[[Claim], Any] | None = None
     # Called with the claim and the run's name once a pass has ended the run in a final
-    # status (a task's run sends Django's ``task_finished``). None for a ``@workflow``.
-    finished: Callable[[Claim, str], None] | None = None
+    # status (a task's run sends Django's ``task_finished``), with the exception that
+    # failed it, if one did. None for a ``@workflow``.
+    finished: Callable[[Claim, str, BaseException | None], None] | None = None
     # An ``async def`` body: its passes run on an event loop (``engine.asynchronous.async_body``).
     is_async: bool = False
 

@@ -34,7 +34,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from everystep import stored_types
-from everystep.errors import EverystepError
+from everystep.errors import EverystepError, UnstorableValue
 from everystep.safe_text import UNSTORABLE, escape_char
 
 TAG = "__es__"
@@ -76,7 +76,8 @@ def qualified_name(obj: Any) -> str:
 
 def encode(value: Any, where: str = "value") -> Any:
     """Turn ``value`` into plain JSON data every database stores, or raise
-    ``EverystepError`` naming the type (or the problem) and the position."""
+    ``EverystepError`` naming the type (or the problem) and the position: for a type it
+    cannot store, ``UnstorableValue``, a ``TypeError`` too, as ``json.dumps`` raises."""
     return _encode(value, where, 0)
 
 
@@ -154,7 +155,7 @@ def _encode_enum(value: enum.Enum, where: str, depth: int) -> dict[str, Any]:
 def _encode_dict(value: dict[Any, Any], where: str, depth: int) -> dict[str, Any]:
     for key in value:
         if not isinstance(key, str):
-            raise EverystepError(
+            raise UnstorableValue(
                 f"cannot serialize dict key of type {type(key).__name__!r} at {where}: "
                 "only str keys survive JSON"
             )
@@ -190,8 +191,8 @@ def _encode_scalar(value: Any, where: str) -> dict[str, Any]:
         return {TAG: "bytes", "v": base64.b64encode(bytes(value)).decode("ascii")}
     django_advice = _django_advice(value, where)
     if django_advice is not None:
-        raise EverystepError(django_advice)
-    raise EverystepError(
+        raise UnstorableValue(django_advice)
+    raise UnstorableValue(
         f"cannot serialize value of type {type(value).__module__}.{type(value).__qualname__} "
         f"at {where}; supported types: {SUPPORTED}"
     )

@@ -71,6 +71,10 @@ run_woken = Lifecycle()
 #: A run was put back to ``scheduled`` without an outcome (a drain, orphan recovery).
 #: Extra: ``reason``; ``dead_runner`` when the run was taken from a silent runner.
 run_requeued = Lifecycle()
+#: Runs were cancelled (``cancel()``, ``everystep_cancel``, the UI, a bulk action), their
+#: unfinished children with them; sent once their cancellation has committed. Sent with
+#: ``run_ids`` and ``by`` (who cancelled them) only: no worker's pass was involved.
+runs_cancelled = Lifecycle()
 #: A pass ended without writing an outcome (claim lost, row deleted, simulated crash).
 #: Extra: ``reason``.
 run_abandoned = Lifecycle()

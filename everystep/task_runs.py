@@ -23,9 +23,9 @@ from datetime import datetime
 from types import ModuleType
 from typing import Any
 
-from everystep import registry, serde
+from everystep import registry, serde, signals
 from everystep.engine.core.pass_state import current_frame
-from everystep.errors import EverystepError
+from everystep.errors import EverystepError, RunCancelled
 from everystep.models import Status, Workflow
 from everystep.registry import WorkflowDef
 from everystep.store.runs import get_run
@@ -179,14 +179,46 @@ def begin(claim: Claim) -> Any:
     return result
 
 
-def finished(claim: Claim, name: str) -> None:
+def finished(claim: Claim, name: str, exc: BaseException | None) -> None:
     """A task run's ``WorkflowDef.finished``: send Django's ``task_finished`` for a task
-    run that reached a final status."""
+    run that reached a final status; ``exc``: what failed it."""
     run = get_run(claim.run_id)
     if run is None:
         return
     task = task_named(name)
-    _send(task, "task_finished", task_result(run, task))
+    _send_finished(task, task_result(run, task), exc)
+
+
+def _send_finished(task: Any, result: Any, exc: BaseException | None) -> None:
+    """Send ``task_finished``, for a failed run while its exception is being handled, as
+    Django's own backends send it: Django's receiver logs the failure with
+    ``logger.exception``, which reads the exception being handled (error trackers take
+    the traceback from there)."""
+    if exc is None:
+        _send(task, "task_finished", result)
+        return
+    traceback = exc.__traceback__
+    try:
+        raise exc
+    except BaseException:
+        _send(task, "task_finished", result)
+    finally:
+        exc.__traceback__ = traceback  # as it was: raising it here added this frame
+
+
+def _cancelled(arguments: dict[str, Any]) -> None:
+    """``signals.runs_cancelled``: send ``task_finished`` for the task runs among them,
+    with ``RunCancelled`` as their failure (no worker's pass ends a cancelled run)."""
+    for run in Workflow.objects.filter(id__in=arguments["run_ids"], queue__isnull=False):
+        try:
+            task = task_named(run.name)
+        except EverystepError:
+            continue  # a row no task of this process runs: nobody to tell
+        reason = RunCancelled(f"run {run.id} was cancelled by {arguments['by']}")
+        _send_finished(task, task_result(run, task), reason)
+
+
+signals.runs_cancelled.subscribe(_cancelled)
 
 
 def _send(task: Any, signal_name: str, result: Any) -> None:
@@ -270,6 +302,12 @@ def as_enqueued(run: Workflow, task: Any) -> Any:
         return task
 
 
+def _as_django_formats(traceback: str) -> str:
+    """A stored traceback as Django's backends give one (``traceback.format_exception``
+    joined): ending in a newline."""
+    return traceback if traceback.endswith("\n") or not traceback else f"{traceback}\n"
+
+
 def task_result(run: Workflow, task: Any) -> Any:
     """The ``TaskResult`` of task run ``run`` of ``task`` (SPEC §13 lists the mapping),
     its task as enqueued (``as_enqueued``)."""
@@ -282,7 +320,9 @@ def task_result(run: Workflow, task: Any) -> Any:
         errors.append(
             base.TaskError(
                 exception_class_path=str(run.error.get("type") or "builtins.Exception"),
-                traceback=str(run.error.get("traceback") or run.error.get("message") or ""),
+                traceback=_as_django_formats(
+                    str(run.error.get("traceback") or run.error.get("message") or "")
+                ),
             )
         )
     args, kwargs = stored_call(run.args)

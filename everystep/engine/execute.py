@@ -147,7 +147,8 @@ def end_begun(begun: Begun, began: float, value: Any, outcome: BaseException | N
         outcome = simulated_crash("before_finish", "", state.workflow_name) or outcome
     ended = end_pass(state, began, value, outcome)
     if begun.defn.finished is not None and ended.status in FINAL_STATUSES:
-        begun.defn.finished(state.claim, state.workflow_name)
+        failure = ended.exc if ended.status != Status.COMPLETED else None
+        begun.defn.finished(state.claim, state.workflow_name, failure)
     return ended
 
 

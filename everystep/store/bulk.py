@@ -25,7 +25,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from everystep import conf
+from everystep import conf, signals
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, AuditEntry, Status, Workflow, WorkflowQuerySet, uuid7
 from everystep.store import audit, database, run_waits
@@ -231,7 +231,9 @@ def _cancelling(actor: Actor) -> _Change:
     def after(ids: list[UUID]) -> None:
         # After the batch's commit, as cancel_run does: no lock on a parent is held
         # while its children's rows are locked (see ``run_waits``).
-        run_waits.ended([*ids, *cancel_children(ids, actor)])
+        ended = [*ids, *cancel_children(ids, actor)]
+        run_waits.ended(ended)
+        signals.runs_cancelled.emit(sender=Workflow, run_ids=ended, by=actor.by)
 
     return _Change(cancel, after)
 

@@ -21,7 +21,7 @@ from django.db import (
 )
 from django.utils import timezone
 
-from everystep import code_version
+from everystep import code_version, signals
 from everystep.errors import (
     EverystepError,
     StepFailure,
@@ -285,7 +285,9 @@ def cancel_run(run_id: str, *, actor: Actor, reason: str = "") -> Workflow:
         cancelled = runs.finish(Status.CANCELLED, error=error)
         run = _changed_run(run_id, cancelled, "only unfinished runs can be cancelled")
         audit.record("cancel", actor, run=run.id, reason=reason)
-    run_waits.ended([run.id, *cancel_children([run.id], actor)])
+    ended = [run.id, *cancel_children([run.id], actor)]
+    run_waits.ended(ended)
+    signals.runs_cancelled.emit(sender=Workflow, run_ids=ended, by=actor.by)
     return run
 
 

@@ -465,3 +465,69 @@ def test_get_result_gives_back_the_task_as_using_enqueued_it():
     plain = tasks.add.enqueue(3, 4)
     assert tasks.add.get_result(plain.id) == plain
     assert tasks.add.get_result(plain.id).task.queue_name == "default"
+
+
+def finished_with_exceptions() -> tuple[list[tuple[str, Any, Any]], Any]:
+    """A ``task_finished`` receiver recording each result's id and status, and the
+    exception being handled as it was sent (what Django's ``logger.exception`` logs)."""
+    seen: list[tuple[str, Any, Any]] = []
+
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append((task_result.id, task_result.status, sys.exc_info()[1]))
+
+    return seen, receiver
+
+
+def test_a_cancelled_task_run_sends_task_finished_with_the_cancellation():
+    """Issue 54: cancelling a task run (from code, the command, the UI, a bulk action)
+    ends it FAILED, and Django's receivers hear of it, with ``RunCancelled`` handled."""
+    from everystep import cancel
+    from everystep.errors import RunCancelled
+
+    seen, receiver = finished_with_exceptions()
+    signals.task_finished.connect(receiver)
+    try:
+        result = tasks.approval.enqueue(7)
+        run_due()  # it waits for its event
+        cancel(result, reason="order withdrawn")
+        later = tasks.add.enqueue(1, 1)
+        cancel_run(later.id, actor=Actor("test", "someone"))
+    finally:
+        signals.task_finished.disconnect(receiver)
+    [(first, status, exc), (second, _, other)] = seen
+    assert (first, status, second) == (result.id, TaskResultStatus.FAILED, later.id)
+    assert isinstance(exc, RunCancelled) and "cancelled by code (everystep.cancel)" in str(exc)
+    assert isinstance(other, RunCancelled) and "someone" in str(other)
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+
+
+def test_a_failed_tasks_task_finished_is_sent_while_its_exception_is_handled(caplog):
+    """As Django's own backends send it: Django's receiver logs the failure with
+    ``logger.exception``, so its ERROR line carries the task's exception."""
+    seen, receiver = finished_with_exceptions()
+    signals.task_finished.connect(receiver)
+    try:
+        result = tasks.explode.enqueue("handled")
+        with caplog.at_level("INFO"):
+            run_due()
+    finally:
+        signals.task_finished.disconnect(receiver)
+    [(_, status, exc)] = seen
+    assert status == TaskResultStatus.FAILED
+    assert isinstance(exc, ValueError) and str(exc) == "exploded: handled"
+    [line] = [r for r in caplog.records if "state=FAILED" in r.getMessage()]
+    assert line.levelname == "ERROR" and line.exc_info and line.exc_info[1] is exc
+    [error] = tasks.explode.get_result(result.id).errors
+    assert error.traceback.endswith("ValueError: exploded: handled\n"), "as Django formats it"
+
+
+def test_a_task_returning_what_cannot_be_stored_fails_with_a_type_error():
+    """As on Django's backends, where JSON refuses it: the failure is a ``TypeError``."""
+    result = tasks.returns_a_set.enqueue()
+    run_due()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    [error] = result.errors
+    assert issubclass(error.exception_class, TypeError)
+    assert "cannot serialize value of type builtins.set" in error.traceback

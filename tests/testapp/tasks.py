@@ -151,3 +151,9 @@ def chain_then_wait(label: str, gate: str) -> str:
     child = add.enqueue(1, 2)
     second(label, gate)
     return str(child.id)
+
+
+@task
+def returns_a_set() -> Any:
+    """Returns what JSON cannot hold: the run fails with a ``TypeError``."""
+    return {1, 2}

@@ -219,7 +219,7 @@ def fail(claim: Claim, workflow: str, exc: BaseException) -> PassResult:
         except Exception:  # what crashed the pass may be finding the definition itself
             defn = None
         if defn is not None and defn.finished is not None:
-            defn.finished(claim, workflow)
+            defn.finished(claim, workflow, exc)
     return ended
 
 
