@@ -10,7 +10,8 @@ The package, in layers that import downwards only (``tests/unit/test_layers.py``
   may name), ``failure_detail`` (stored tracebacks),
   ``wait_words``, ``times``, ``registry``, ``task_framework`` (``django.tasks`` or its
   backport), ``conf`` (settings), ``checks`` (system checks), ``code_version`` (which
-  version of the project's code this process runs);
+  version of the project's code this process runs), ``sync_callers`` (sync code and
+  event loops);
 - ``models/`` (tables, status transitions, the fencing rule) and ``migrations``;
 - ``store/``: every query and write;
 - ``engine/`` (replay and the body's operations), and beside it ``context``, ``metrics``,
@@ -101,6 +102,11 @@ if TYPE_CHECKING:
     )
     from everystep.errors import Terminal
     from everystep.stored_types import register_type
+
+
+def __dir__() -> list[str]:
+    """The public API too (``dir(everystep)``, a shell's completion), loaded or not."""
+    return sorted(set(globals()) | set(__all__))
 
 
 def __getattr__(name: str) -> Any:

@@ -121,7 +121,9 @@ def send(run_id: UUID | str, name: str, payload: Any = None) -> bool:
     already sent to the run (the first payload wins). Raises ``EverystepError`` for an
     unknown or finished run."""
     from everystep.store.events import send_event
+    from everystep.sync_callers import refuse_on_event_loop
 
+    refuse_on_event_loop("send()", "await asend()")
     return send_event(run_id, name, payload)
 
 

@@ -61,6 +61,13 @@ def import_at_start(module: str, why: str) -> None:
         import_module(module)
     except Exception as exc:
         exc.add_note(f"(importing {module!r}, {why})")
+        # A task that fails Django's validation as it is defined (a queue the backend
+        # does not list) may owe it to a misspelt TASKS key: say so here, since this
+        # ends the start before the system checks could.
+        from everystep.checks import tasks_problems
+
+        for problem in tasks_problems():
+            exc.add_note(problem)
         raise
     except KeyboardInterrupt:
         raise

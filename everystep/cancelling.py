@@ -22,6 +22,8 @@ def cancel(run: Workflow | UUID | str, reason: str | None = None) -> Workflow:
     from everystep.engine.operations.results import run_ids
     from everystep.store.audit import Actor
     from everystep.store.runs import cancel_run
+    from everystep.sync_callers import refuse_on_event_loop
 
+    refuse_on_event_loop("cancel()", "await acancel()")
     (run_id,) = run_ids([run], "cancel()")
     return cancel_run(str(run_id), actor=Actor("code", "everystep.cancel"), reason=reason or "")

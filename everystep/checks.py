@@ -64,34 +64,32 @@ TASKS_OPTIONS: frozenset[str] = frozenset()
 
 
 def _check_tasks() -> list[checks.CheckMessage]:
-    errors: list[checks.CheckMessage] = []
+    return [checks.Error(problem, id="everystep.E010") for problem in tasks_problems()]
+
+
+def tasks_problems() -> list[str]:
+    """What is wrong with the ``TASKS`` entries naming everystep's backend."""
+    problems: list[str] = []
     entries = getattr(settings, "TASKS", None)
     if not isinstance(entries, dict):
-        return errors
+        return problems
     for alias, entry in entries.items():
         if not isinstance(entry, dict) or entry.get("BACKEND") != TASKS_BACKEND:
             continue
         where = f"TASKS[{alias!r}]"
         for key in sorted(set(entry) - TASKS_KEYS, key=str):
-            errors.append(
-                checks.Error(
-                    f"{where} has the key {key!r}, which EverystepBackend does not know "
-                    f"(it reads {', '.join(sorted(TASKS_KEYS))})",
-                    id="everystep.E010",
-                )
+            problems.append(
+                f"{where} has the key {key!r}, which EverystepBackend does not know (it "
+                "reads BACKEND and QUEUES, and OPTIONS, which must be empty: it takes no "
+                "options)"
             )
         options = entry.get("OPTIONS") or {}
         if not isinstance(options, dict):
-            errors.append(checks.Error(f"{where}['OPTIONS'] must be a dict", id="everystep.E010"))
+            problems.append(f"{where}['OPTIONS'] must be a dict")
             continue
         for key in sorted(set(options) - TASKS_OPTIONS, key=str):
-            errors.append(
-                checks.Error(
-                    f"{where}['OPTIONS'] has {key!r}: EverystepBackend takes no options",
-                    id="everystep.E010",
-                )
-            )
-    return errors
+            problems.append(f"{where}['OPTIONS'] has {key!r}: EverystepBackend takes no options")
+    return problems
 
 
 def _check_aliases() -> list[checks.CheckMessage]:

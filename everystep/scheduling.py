@@ -19,6 +19,7 @@ from everystep import registry, safe_text, serde
 from everystep.decorators import is_django_task, task_name
 from everystep.errors import EverystepError, WorkflowNotDiscoveredWarning
 from everystep.registry import WorkflowDef
+from everystep.sync_callers import refuse_on_event_loop
 
 if TYPE_CHECKING:
     from everystep.engine.core.pass_state import Frame
@@ -54,6 +55,7 @@ def schedule(
         from everystep.engine.operations import children
 
         return children.start(frame, defn.name, stored, idempotency_key, None, due_at=due)
+    refuse_on_event_loop("schedule()", "await aschedule()")
     return create_run(defn.name, stored, idempotency_key, due_at=due)
 
 
@@ -107,6 +109,7 @@ def start(
     defn, stored = run_of(workflow_fn, args, keywords, idempotency_key, "start")
     frame = _body_frame("start()", "astart()")
     if frame is None:
+        refuse_on_event_loop("start()", "await aschedule() (await astart() in an async body)")
         return create_run(defn.name, stored, idempotency_key)
     return children.start(frame, defn.name, stored, idempotency_key, everystep_id)
 
@@ -200,6 +203,20 @@ def _not_a_workflow(obj: Any) -> str:
     return f"{obj!r} is not a @workflow function"
 
 
+# Where code typed or piped in runs: ``python -c`` and scripts (``__main__``), and
+# ``manage.py shell`` (its ``-c`` and stdin run in the command's module).
+_INTERACTIVE = {
+    "__main__": "in the script being run (module '__main__')",
+    "django.core.management.commands.shell": "in a manage.py shell session",
+}
+
+
+def interactive_module(module: str) -> str | None:
+    """Where a function of ``module`` was defined, in words, if ``module`` is one that
+    holds typed or piped-in code rather than a file of the project; else None."""
+    return _INTERACTIVE.get(module)
+
+
 def _not_discovered(defn: WorkflowDef, verb: str) -> None:
     """Refuse to start a run that no worker could execute: the workflow was registered
     after Django started, so a worker, which imports only what starting Django imports,
@@ -208,8 +225,9 @@ def _not_discovered(defn: WorkflowDef, verb: str) -> None:
     from everystep import conf
 
     module = getattr(defn.fn, "__module__", None) or "?"
-    if module == "__main__":
-        where = "in the script being run (module '__main__'), which no worker can import"
+    interactive = interactive_module(module)
+    if interactive is not None:
+        where = f"{interactive}, which no worker can import"
         fix = "move it to a module listed in EVERYSTEP_WORKFLOW_MODULES"
     else:
         where = f"in module {module!r}, which workers do not import"

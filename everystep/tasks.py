@@ -17,6 +17,8 @@ not know is a system check error (``everystep.checks``).
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 from collections.abc import Awaitable
 from typing import Any
 from uuid import UUID
@@ -47,8 +49,10 @@ from everystep.engine.core.replay import Decision
 from everystep.engine.operations import children
 from everystep.engine.operations.waits import as_instant, sync_only
 from everystep.models import Status, Workflow
+from everystep.scheduling import interactive_module
 from everystep.store.runs import create_run, get_run
 from everystep.store.step_records import Child
+from everystep.sync_callers import refuse_on_event_loop
 from everystep.task_framework import framework_module
 
 
@@ -95,6 +99,7 @@ class EverystepBackend(BaseTaskBackend):
         child = self._child(task, args, kwargs, idempotency_key)
         frame = body_frame()
         if frame is None:
+            refuse_on_event_loop("enqueue() of a task", "await task.aenqueue()")
             run = create_run(
                 child.name,
                 child.args,
@@ -133,6 +138,7 @@ class EverystepBackend(BaseTaskBackend):
         self.validate_task(task)
         name = task.module_path
         self._check_runnable(task, name)
+        _check_arguments(task, name, args, kwargs)
         base = framework_module(task, "base")
         # Built before the row: Django normalises the arguments to JSON here, and refuses
         # what JSON cannot hold, before anything is written.
@@ -200,11 +206,11 @@ class EverystepBackend(BaseTaskBackend):
                 f"task {name[:60]}… has a path of {len(name)} characters; runs store "
                 f"names of at most {MAX_NAME_LENGTH}"
             )
-        if name.startswith("__main__."):
+        interactive = interactive_module(name.rpartition(".")[0])
+        if interactive is not None:
             raise error(
-                f"task {name} is defined in the script being run (module '__main__'), "
-                "which no worker can import: define it in a module of the project (an "
-                "installed app's tasks.py)"
+                f"task {name} is defined {interactive}, which no worker can import: "
+                "define it in a module of the project (an installed app's tasks.py)"
             )
         if registry.workflow_def(task.func) is not None:
             raise error(
@@ -232,3 +238,28 @@ class EverystepBackend(BaseTaskBackend):
         except Exception as exc:
             raise TaskResultDoesNotExist(f"run {run.id}: {exc}") from None
         return task_runs.task_result(run, task)
+
+
+def _check_arguments(task: Any, name: str, args: Any, kwargs: Any) -> None:
+    """A ``TypeError`` naming the task if its function cannot be called with ``args``
+    and ``kwargs``: now, as ``schedule()`` checks a workflow's, rather than in a failed
+    run later."""
+    signature = _signature(task.func)
+    if signature is None:
+        return
+    given = (None, *args) if task.takes_context else tuple(args)  # the context comes first
+    try:
+        signature.bind(*given, **kwargs)
+    except TypeError as exc:
+        raise TypeError(f"cannot enqueue task {name}{signature}: {exc}") from None
+
+
+# Once per function: ``inspect.signature`` follows ``__wrapped__`` on every call.
+@functools.lru_cache(maxsize=4096)
+def _signature(func: Any) -> inspect.Signature | None:
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):  # a callable without one: not checked
+        return None
+    bare = [p.replace(annotation=p.empty) for p in signature.parameters.values()]
+    return signature.replace(parameters=bare, return_annotation=signature.empty)

@@ -141,6 +141,8 @@ TASKS: dict[str, dict[str, Any]] = {
 }
 if os.environ.get("EVERYSTEP_TEST_TASKS_OPTIONS") == "1":  # the system check's own test
     TASKS["default"]["OPTIONS"] = {"poll_interval": 1}
+if os.environ.get("EVERYSTEP_TEST_TASKS_MISSPELT") == "1":  # QUEUES misspelt, and its test
+    TASKS["default"]["QUEUE"] = TASKS["default"].pop("QUEUES")
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",

@@ -169,3 +169,11 @@ def mend_after_error(conn: BaseDatabaseWrapper) -> None:
         conn.close()
     else:
         conn.errors_occurred = False
+
+
+def close_idle() -> None:
+    """Close this thread's connections that hold no transaction (closing one that does
+    would lose its work: it stays); the next ORM call opens one again."""
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None and conn.autocommit and not conn.in_atomic_block:
+            conn.close()

@@ -12,15 +12,16 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from everystep.engine.core.recorded import body_frame
 from everystep.engine.operations import results
 from everystep.engine.operations.waits import as_delay
 from everystep.errors import EverystepError, StoreUnavailable, WaitTimeout
-from everystep.models import Workflow
+from everystep.models import FINAL_STATUSES, Workflow
 from everystep.store import run_waits
 from everystep.store.wake import EndedListener
+from everystep.sync_callers import refuse_on_event_loop
 
 # Outside a body elsewhere than PostgreSQL: the first look again after 50 ms, then less
 # and less often, up to once a second.
@@ -49,6 +50,7 @@ def _wait(
     limit = None if timeout is None else as_delay(timeout, f"{what} timeout")
     frame = body_frame()
     if frame is None:
+        refuse_on_event_loop(what, f"await a{what}")
         return _block(ids, limit, what)
     return results.in_body(frame, name, ids, limit, what)
 
@@ -104,6 +106,32 @@ def in_transaction(what: str) -> str | None:
     )
 
 
+def timed_out(ids: list[uuid.UUID], limit: timedelta | None, what: str) -> WaitTimeout:
+    """The ``WaitTimeout`` of a wait outside a body for ``ids``, saying which runs had
+    not ended, and which no worker has claimed yet (the usual cause: no worker running,
+    or none with the workflow's code)."""
+    rows = Workflow.objects.filter(id__in=ids).exclude(status__in=FINAL_STATUSES)
+    try:
+        open_runs = dict(rows.values_list("id", "started_at"))
+    except DatabaseError:  # the timeout stands; only its detail is not known
+        open_runs = dict.fromkeys(ids, True)
+    unclaimed = [run_id for run_id, started in open_runs.items() if started is None]
+    if len(ids) == 1:
+        said = f"{what}: run {ids[0]} had not ended within {limit}"
+        if unclaimed:
+            said += "; no worker has claimed it yet"
+    else:
+        said = f"{what}: {len(open_runs)} of the {len(ids)} runs had not ended within {limit}"
+        if unclaimed:
+            said += f"; no worker has claimed {len(unclaimed)} of them yet"
+    if unclaimed:
+        said += (
+            " (is a worker running, manage.py everystep_worker, with this code? "
+            "manage.py everystep_runs lists the runs no live worker can carry)"
+        )
+    return WaitTimeout(said)
+
+
 def _poll(ids: list[uuid.UUID], limit: timedelta | None, what: str) -> list[dict[str, Any]]:
     ended = results.outcomes(ids, what)
     if ended is not None:
@@ -122,7 +150,7 @@ def _poll(ids: list[uuid.UUID], limit: timedelta | None, what: str) -> list[dict
                 return ended
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                raise WaitTimeout(f"{what}: the runs had not ended within {limit}")
+                raise timed_out(ids, limit, what)
             # A NOTIFY ends the pause early; the poll stays the correctness path.
             listener.wait(pause if left is None else min(pause, left))
             pause = min(pause * 2, _POLL_MOST)

@@ -24,15 +24,15 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-from asgiref.sync import AsyncToSync
-
 from everystep.engine.asynchronous import async_ops
-from everystep.engine.asynchronous.offload import close_idle, offload, release
+from everystep.engine.asynchronous.offload import offload, release
 from everystep.engine.operations import results
 from everystep.engine.operations.waits import as_delay
 from everystep.errors import WaitTimeout
 from everystep.models import Workflow
-from everystep.waiting.blocking import look_outside
+from everystep.store import database
+from everystep.sync_callers import sync_caller
+from everystep.waiting.blocking import look_outside, timed_out
 from everystep.waiting.hub import Hub, NotSeen, Outcomes, Waiter, Watcher, current_hub
 
 __all__ = ["Hub", "agather", "aresult", "current_hub", "wait_ended", "watch_values"]
@@ -78,7 +78,7 @@ async def wait_ended(ids: list[UUID], limit: timedelta | None, what: str) -> Out
     deadline = None if limit is None else loop.time() + limit.total_seconds()
     try:
         async with asyncio.timeout_at(deadline):
-            if _sync_caller(loop):
+            if sync_caller(loop) is not None:
                 ended = await offload(look_outside, ids, what)
                 return ended if ended is not None else await _from_hub(ids, what, loop)
             await release()
@@ -88,7 +88,7 @@ async def wait_ended(ids: list[UUID], limit: timedelta | None, what: str) -> Out
                 ended = await offload(_look_and_release, ids, what)
                 return ended if ended is not None else await _from_hub(ids, what, loop)
     except TimeoutError:
-        raise WaitTimeout(f"{what}: the runs had not ended within {limit}") from None
+        raise await offload(timed_out, ids, limit, what) from None
 
 
 async def watch_values(run: UUID, limit: timedelta | None) -> AsyncIterator[dict[str, Any]]:
@@ -97,7 +97,7 @@ async def watch_values(run: UUID, limit: timedelta | None) -> AsyncIterator[dict
     loop = asyncio.get_running_loop()
     deadline = None if limit is None else loop.time() + limit.total_seconds()
     watcher = Watcher(run, loop, asyncio.Event())
-    if not _sync_caller(loop):
+    if sync_caller(loop) is None:
         await release()
     current_hub().add(watcher)
     last: dict[str, Any] | None = None
@@ -120,13 +120,6 @@ async def watch_values(run: UUID, limit: timedelta | None) -> AsyncIterator[dict
         current_hub().discard(watcher)  # the hub holding it, a replaced one's successor
 
 
-def _sync_caller(loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether ``loop`` was started by ``async_to_sync`` for sync code that now waits on
-    its thread (a script, a test): a look there costs nothing more, and that thread's
-    transaction, if one is open, must refuse the wait as ``result()`` refuses it."""
-    return loop in getattr(AsyncToSync, "loop_thread_executors", {})
-
-
 async def _from_hub(ids: list[UUID], what: str, loop: asyncio.AbstractEventLoop) -> Outcomes:
     waiter = Waiter(ids, what, loop, loop.create_future())
     current_hub().add(waiter)
@@ -145,4 +138,4 @@ def _look_and_release(ids: list[UUID], what: str) -> Outcomes | None:
     try:
         return look_outside(ids, what)
     finally:
-        close_idle()
+        database.close_idle()

@@ -337,7 +337,8 @@ def test_system_check_reports_keys_and_options_the_backend_does_not_know():
         (
             "everystep.E010",
             "TASKS['default'] has the key 'QUEUE', which EverystepBackend does not know "
-            "(it reads BACKEND, OPTIONS, QUEUES)",
+            "(it reads BACKEND and QUEUES, and OPTIONS, which must be empty: it takes no "
+            "options)",
         ),
         (
             "everystep.E010",
@@ -357,6 +358,23 @@ def test_manage_py_check_reports_it():
     done = manage(env, "check")
     assert done.returncode != 0
     assert "everystep.E010" in done.stderr
+
+
+def test_a_misspelt_queues_key_is_named_when_a_task_fails_validation_at_start():
+    """``QUEUE`` for ``QUEUES``: the backend then lists only ``default``, and a task of
+    queue ``emails`` fails Django's validation as its module is imported at start, before
+    any system check runs. The error says which key is misspelt (issue 54)."""
+    import os
+
+    from tests.workers import manage
+
+    env = dict(os.environ, EVERYSTEP_TEST_TASKS_MISSPELT="1")
+    done = manage(env, "check")
+    assert done.returncode != 0
+    assert "importing 'tests.testapp.tasks'" in done.stderr
+    assert "TASKS['default'] has the key 'QUEUE', which EverystepBackend does not know" in (
+        done.stderr
+    )
 
 
 def test_aenqueue_and_aget_result_from_async_code():

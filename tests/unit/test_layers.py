@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "everystep.conf",
             "everystep.checks",
             "everystep.code_version",
+            "everystep.sync_callers",
         ),
     ),
     ("models", ("everystep.models", "everystep.migrations")),

@@ -31,7 +31,8 @@ from concurrent.futures import Executor
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import connections
+
+from everystep.store import database
 
 T = TypeVar("T")
 
@@ -55,12 +56,4 @@ async def release() -> None:
     docstring): the next ORM call there opens one again."""
     if offload_to.get() is not None:
         return  # a worker loop's threads keep theirs: every run of the loop shares them
-    await sync_to_async(close_idle, thread_sensitive=True)()
-
-
-def close_idle() -> None:
-    """Close this thread's connections that hold no transaction (closing one that does
-    would lose its work: it stays)."""
-    for conn in connections.all(initialized_only=True):
-        if conn.connection is not None and conn.autocommit and not conn.in_atomic_block:
-            conn.close()
+    await sync_to_async(database.close_idle, thread_sensitive=True)()

@@ -30,18 +30,16 @@ import os
 import queue
 import threading
 import time
-from concurrent.futures import Executor, Future
+from concurrent.futures import Future
 from typing import Any
 from uuid import UUID
 
-from asgiref.sync import AsyncToSync
-
 from everystep import conf, serde
-from everystep.engine.asynchronous.offload import close_idle, offload_to
 from everystep.engine.core.pass_state import RunState, check_name, current_frame
 from everystep.errors import EverystepError, StoreUnavailable
 from everystep.store import database, published
 from everystep.store.wake import notify_published
+from everystep.sync_callers import sync_caller
 
 # A published value's cap: its stored JSON, in bytes. Progress is a few numbers and
 # words; a page reads every value of a run at once, and watchers read them per change.
@@ -110,9 +108,15 @@ def _too_many_keys(run: RunState) -> EverystepError:
 
 def _write(run: RunState, key: str, stored: Any, cap: int | None) -> bool:
     """Write the value where the module docstring says; False: refused by the cap."""
-    if not _on_event_loop():
+    loop = _running_loop()
+    if loop is None:
         return _write_here(run.run_id, key, stored, cap)
-    caller = _sync_caller()
+    # Outside a worker, an async body runs on a loop that sync code started and waits
+    # for (``testing.run_due()``, a replay check), its ORM work on that code's thread
+    # (``offload``), on its connection: in a test, inside the test's transaction. The
+    # value is written there too: anywhere else it would wait for the test's write lock
+    # (SQLite) or for a row no other connection sees.
+    caller = sync_caller(loop)
     if caller is not None:
         return bool(caller.submit(_write_here, run.run_id, key, stored, cap).result())
     return _writer().write(run.run_id, key, stored, cap)
@@ -124,20 +128,6 @@ def _write_here(run_id: UUID, key: str, stored: Any, cap: int | None) -> bool:
     if conn.in_atomic_block and conn.vendor != "sqlite" and not _in_a_test(conn):
         return _writer().write(run_id, key, stored, cap)
     return published.write(run_id, key, stored, cap=cap)
-
-
-def _sync_caller() -> Executor | None:
-    """Outside a worker, an async body runs on a loop that sync code started and waits
-    for (``async_to_sync``: ``testing.run_due()``, a replay check), and the body's ORM
-    work runs on that code's thread (``offload``), on its connection — in a test, inside
-    the test's transaction. A value is written there too: anywhere else it would wait
-    for the test's write lock (SQLite) or a row no other connection sees. That thread
-    serves such work while it waits (asgiref's executor for it, found as
-    ``sync_to_async`` finds it). None in a worker's loop, whose threads are its own."""
-    if offload_to.get() is not None:
-        return None
-    executor = getattr(AsyncToSync.executors, "current", None)
-    return executor if isinstance(executor, Executor) else None
 
 
 def _in_a_test(conn: Any) -> bool:
@@ -152,12 +142,11 @@ def _notifies() -> bool:
     return database.connection().vendor == "postgresql" and conf.notify()
 
 
-def _on_event_loop() -> bool:
+def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
-        asyncio.get_running_loop()
+        return asyncio.get_running_loop()
     except RuntimeError:
-        return False
-    return True
+        return None
 
 
 # A write for the writer thread: run id, key, encoded value, cap, and the caller's future.
@@ -194,10 +183,8 @@ class _Writer:
     def _run(self) -> None:
         last_notify = 0.0
         while True:
-            if self.jobs.empty() and conf.in_test_environment():
-                # A test database is dropped when the tests end, which PostgreSQL
-                # refuses while a connection is open to it: the writer keeps none idle.
-                close_idle()
+            if self.jobs.empty() and not keeps_idle_connection():
+                database.close_idle()
             job = self.jobs.get()
             if job is not None:
                 self._do(job)
@@ -236,6 +223,13 @@ class _Writer:
             done.set_exception(exc)
         else:
             done.set_result(written)
+
+
+def keeps_idle_connection() -> bool:
+    """Whether the writer thread keeps its connection while it has nothing to write: not
+    in a test environment, whose database is dropped when the tests end, which
+    PostgreSQL refuses while a connection is open to it."""
+    return not conf.in_test_environment()
 
 
 _writer_now: _Writer | None = None
