@@ -14,7 +14,7 @@ from typing import Any
 
 from everystep.errors import EverystepError
 from everystep.serde import qualified_name
-from everystep.values import Claim
+from everystep.values import Claim, Ended
 
 
 @dataclass(frozen=True)
@@ -28,10 +28,10 @@ class WorkflowDef:
     # pass's ``RunState.begun``; None: the claim no longer holds the run (the pass is
     # abandoned); an ``EverystepError``: the run fails. None for a ``@workflow``.
     begin: Callable[[Claim], Any] | None = None
-    # Called with the claim and the run's name once a pass has ended the run in a final
-    # status (a task's run sends Django's ``task_finished``), with the exception that
-    # failed it, if one did. None for a ``@workflow``.
-    finished: Callable[[Claim, str, BaseException | None], None] | None = None
+    # Called with the claim, the run's name and how it ended (``Ended``) once a pass has
+    # ended the run in a final status (a task's run sends Django's ``task_finished``).
+    # None for a ``@workflow``.
+    finished: Callable[[Claim, str, Ended], None] | None = None
     # An ``async def`` body: its passes run on an event loop (``engine.asynchronous.async_body``).
     is_async: bool = False
 

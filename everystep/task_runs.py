@@ -15,6 +15,7 @@ module's attribute is read from its ``__dict__``, so a module ``__getattr__`` ne
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import logging
@@ -31,7 +32,7 @@ from everystep.registry import WorkflowDef
 from everystep.store.runs import get_run
 from everystep.store.task_attempts import begin_attempt
 from everystep.task_framework import framework_module, framework_of, is_everystep_backend
-from everystep.values import Claim
+from everystep.values import Claim, Ended, TaskClaim
 
 logger = logging.getLogger("everystep.run")
 
@@ -165,13 +166,17 @@ def _current_result(task: Any) -> Any:
 
 
 def begin(claim: Claim) -> Any:
-    """A task run's ``WorkflowDef.begin``, as its pass starts: its attempt recorded if
-    this claim begins one (and Django's ``task_started`` sent then); the ``TaskResult``
-    its context reads. None: the claim no longer holds the run."""
-    begun = begin_attempt(claim)
-    if begun is None:
-        return None
-    run, new = begun
+    """A task run's ``WorkflowDef.begin``, as its pass starts: Django's ``task_started``
+    sent if this claim began an attempt; the ``TaskResult`` its context reads. The claim
+    recorded the attempt and read what the result holds (``Claim.task``); a claim that
+    did not (a catchup's) records it now. None: the claim no longer holds the run."""
+    if claim.task is not None:
+        run, new = _claimed_run(claim, claim.task), claim.task.new_attempt
+    else:
+        begun = begin_attempt(claim)
+        if begun is None:
+            return None
+        run, new = begun
     task = task_named(run.name)
     result = task_result(run, task)
     if new:
@@ -179,14 +184,42 @@ def begin(claim: Claim) -> Any:
     return result
 
 
-def finished(claim: Claim, name: str, exc: BaseException | None) -> None:
+def _claimed_run(claim: Claim, read: TaskClaim) -> Workflow:
+    """The run as ``claim`` left it, from what the claim read: what a ``TaskResult``
+    holds of it while it runs."""
+    return Workflow(
+        id=claim.run_id,
+        name=claim.workflow or "",
+        args=claim.args,
+        status=Status.RUNNING,
+        created_at=read.created_at,
+        started_at=read.started_at,
+        queue=read.queue,
+        task_options=read.options,
+        attempts=read.attempts,
+    )
+
+
+def finished(claim: Claim, name: str, ended: Ended) -> None:
     """A task run's ``WorkflowDef.finished``: send Django's ``task_finished`` for a task
-    run that reached a final status; ``exc``: what failed it."""
-    run = get_run(claim.run_id)
-    if run is None:
-        return
+    run that reached a final status. A completed run's result is the one its pass began
+    with, finished (nothing is read); any other is read back."""
     task = task_named(name)
-    _send_finished(task, task_result(run, task), exc)
+    if ended.status == Status.COMPLETED and ended.begun is not None and ended.at is not None:
+        _send_finished(task, _completed(ended.begun, ended.result, ended.at), None)
+        return
+    run = get_run(claim.run_id)
+    if run is not None:
+        _send_finished(task, task_result(run, task), ended.exc)
+
+
+def _completed(begun: Any, stored: Any, at: Any) -> Any:
+    """The ``TaskResult`` ``begun`` (its pass's) once the run completed at ``at`` with
+    ``stored`` as its result: what ``task_result`` reads back from the row then."""
+    base = framework_module(begun.task, "base")
+    done = dataclasses.replace(begun, status=base.TaskResultStatus.SUCCESSFUL, finished_at=at)
+    object.__setattr__(done, "_return_value", serde.decode(stored))
+    return done
 
 
 def _send_finished(task: Any, result: Any, exc: BaseException | None) -> None:

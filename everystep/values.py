@@ -6,7 +6,7 @@ the arrows between layers keep pointing one way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from uuid import UUID
 
@@ -31,6 +31,43 @@ class Claim:
     recoveries: int = field(default=0, compare=False)
     # When the run was due as claimed: for a run that slept or waited, its wake time.
     due_at: Any = field(default=None, compare=False)
+    # A Django task's run, as the claim read it (its attempt recorded by the claim); None
+    # for other runs, and for claims that do not read it (a catchup's).
+    task: TaskClaim | None = field(default=None, compare=False, repr=False)
+
+    def with_task(self, task: TaskClaim | None) -> Claim:
+        """This claim, carrying ``task`` (a claim's reading of a task run)."""
+        return self if task is None else replace(self, task=task)
+
+
+@dataclass(frozen=True)
+class TaskClaim:
+    """What a claim read of a Django task's run, so its pass builds the ``TaskResult``
+    without reading the run again (``everystep.task_runs``): its queue and the options
+    ``Task.using()`` set, its attempts with this claim's recorded (``new_attempt``: this
+    claim began one, rather than resuming after a durable wait), and when it was created
+    and first claimed."""
+
+    queue: str
+    options: Any
+    attempts: list[Any]
+    new_attempt: bool
+    created_at: Any
+    started_at: Any
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How a pass ended its run in a final status, for whoever reports it (a task run's
+    ``task_finished``, ``registry.WorkflowDef.finished``): the stored result and the time
+    written with a ``completed`` outcome, what failed it, and what the pass's ``begin``
+    returned (None where the pass did not get that far)."""
+
+    status: str
+    result: Any = None
+    at: Any = None
+    exc: BaseException | None = None
+    begun: Any = None
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from everystep.models import FINAL_STATUSES, Status
 from everystep.store import database
 from everystep.store.outcome import merges_records
 from everystep.store.runs import get_run, load_steps
-from everystep.values import Claim
+from everystep.values import Claim, Ended
 
 
 def run_pass(claim: Claim, *, should_drain: Callable[[], bool] = lambda: False) -> PassResult:
@@ -148,7 +148,8 @@ def end_begun(begun: Begun, began: float, value: Any, outcome: BaseException | N
     ended = end_pass(state, began, value, outcome)
     if begun.defn.finished is not None and ended.status in FINAL_STATUSES:
         failure = ended.exc if ended.status != Status.COMPLETED else None
-        begun.defn.finished(state.claim, state.workflow_name, failure)
+        how = Ended(ended.status, ended.result, ended.at, failure, state.begun)
+        begun.defn.finished(state.claim, state.workflow_name, how)
     return ended
 
 

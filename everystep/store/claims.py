@@ -30,7 +30,7 @@ from everystep.models import Status, Step, Workflow, take_fields
 from everystep.store import database
 from everystep.store.sql import RUNS, SCHEDULED, STEPS, Vendor, current
 from everystep.times import from_row
-from everystep.values import Carrying, Claim
+from everystep.values import Carrying, Claim, TaskClaim
 
 _TAKE_COLUMNS = tuple(take_fields("", uuid.UUID(int=0), None))  # values: all parameters
 
@@ -39,12 +39,64 @@ def _taken(run: str) -> str:
     """What a claim reads of each run it takes (``_claim``'s arguments), ``run`` naming
     the runs table. The due time only comes back for a run that has recorded steps: it
     says how late a resumed wait woke (``engine.operations.waits.woken``), and parsing it for every
-    fresh run cost 4 % of a busy worker's CPU."""
+    fresh run cost 4 % of a busy worker's CPU. A Django task's run also gives what its
+    ``TaskResult`` holds (``TaskClaim``); other runs give NULLs there."""
     recorded = f"EXISTS (SELECT 1 FROM {STEPS} s WHERE s.workflow_id = {run}.id)"
+    task = f"CASE WHEN {run}.queue IS NOT NULL THEN"
     return (
         f"{run}.id, {run}.name, {run}.args, {recorded}, {run}.recoveries, "
-        f"CASE WHEN {recorded} THEN {run}.due_at END"
+        f"CASE WHEN {recorded} THEN {run}.due_at END, "
+        f"{run}.queue, {run}.task_options, {run}.attempts, {task} {run}.created_at END, "
+        f"{task} {run}.started_at END, {run}.resumes"
     )
+
+
+def _attempt_mark(db: Vendor) -> str:
+    """The SET of a claim for a Django task's run: its attempt recorded in the claim's
+    own statement (``store.task_attempts`` says what one is), so no pass begins with a
+    read and a write of its own, and no reader sees it running without its attempt.
+    A claim after a durable wait (``resumes``) continues the last attempt, which then
+    names this claim; any other appends one. Parameters: ``_attempt_params``. Before
+    ``resumes = NULL``: MariaDB's SET reads the columns already set."""
+    if db.vendor == "postgresql":
+        length = "jsonb_array_length(attempts)"
+        last = f"jsonb_set(attempts, ARRAY[({length} - 1)::text, 'claim'], to_jsonb(%s::text))"
+        one = "jsonb_build_object('worker', %s::text, 'at', %s::text, 'claim', %s::text)"
+        added = f"COALESCE(attempts, '[]'::jsonb) || jsonb_build_array({one})"
+    elif db.vendor == "sqlite":
+        length = "json_array_length(attempts)"
+        last = "json_set(attempts, '$[#-1].claim', %s)"
+        added = (
+            "json_insert(COALESCE(attempts, '[]'), '$[#]', "
+            "json_object('worker', %s, 'at', %s, 'claim', %s))"
+        )
+    else:
+        length = "JSON_LENGTH(attempts)"
+        last = f"JSON_SET(attempts, CONCAT('$[', {length} - 1, '].claim'), %s)"
+        added = (
+            "JSON_ARRAY_APPEND(COALESCE(attempts, JSON_ARRAY()), '$', "
+            "JSON_OBJECT('worker', %s, 'at', %s, 'claim', %s))"
+        )
+    return (
+        f"attempts = CASE WHEN queue IS NULL THEN attempts "
+        f"WHEN resumes AND {length} > 0 THEN {last} ELSE {added} END, resumes = NULL"
+    )
+
+
+def _attempt_params(runner: str, token: uuid.UUID, at: str) -> list[Any]:
+    return [str(token), runner, at, str(token)]
+
+
+def next_attempts(
+    attempts: list[Any] | None, resumes: bool | None, runner: str, token: str, at: str
+) -> tuple[list[Any], bool]:
+    """A task run's attempts once ``token``'s claim has recorded its own, as
+    ``_attempt_mark`` writes them, and whether it began a new one."""
+    kept = list(attempts or [])
+    if resumes and kept and isinstance(kept[-1], dict):
+        kept[-1] = {**kept[-1], "claim": token}
+        return kept, False
+    return [*kept, {"worker": runner, "at": at, "claim": token}], True
 
 
 _RETURNING = f"RETURNING {_taken(RUNS)}"
@@ -89,14 +141,24 @@ def _statement_key(db: Vendor, what: str, carrying: Carrying | None) -> tuple[st
     return f"{what}:{'any' if db.vendor == 'postgresql' else names}", names
 
 
-def _marks() -> str:
-    """The SET of a claim: ``take_fields``, and ``started_at`` on the first claim only."""
+def _marks(db: Vendor) -> str:
+    """The SET of a claim: ``take_fields``, ``started_at`` on the first claim only, and
+    a task run's attempt (``_attempt_mark``). Parameters: ``_mark_params``."""
     taken = ", ".join(f"{column} = %s" for column in _TAKE_COLUMNS)
-    return f"{taken}, started_at = COALESCE(started_at, %s)"
+    return f"{taken}, started_at = COALESCE(started_at, %s), {_attempt_mark(db)}"
+
+
+def _mark_params(db: Vendor, runner: str, token: uuid.UUID, now: datetime) -> list[Any]:
+    return [*db.mark_params(runner, token, now), *_attempt_params(runner, token, _at(now))]
+
+
+def _at(now: datetime) -> str:
+    """An attempt's ``at``, as ``store.task_attempts`` writes it."""
+    return now.isoformat()
 
 
 def _claim_statement(db: Vendor, names: int | None) -> str:
-    marks = _marks()
+    marks = _marks(db)
     if db.vendor == "postgresql":
         # The locking subquery must run exactly once. Inside `id IN (…)` the planner may
         # run it again for each candidate row, and with SKIP LOCKED every run returns
@@ -129,12 +191,15 @@ def claim_due(runner: str, limit: int, carrying: Carrying | None = None) -> list
     key, names = _statement_key(db, "claim", carrying)
     statement = db.statement(key, lambda made: _claim_statement(made, names))
     now = timezone.now()
-    marks = db.mark_params(runner, token, now)
+    marks = _mark_params(db, runner, token, now)
     due = [db.param("due_at", now), *_carried_params(db, carrying)]
     # PostgreSQL's statement names the due time and limit (in its CTE) before the marks.
     params = [*due, limit, *marks] if db.vendor == "postgresql" else [*marks, *due, limit]
     rows = db.execute(conn, statement, params).fetchall()
-    claims = [_claim(runner, token, *row) for row in rows]
+    at = _at(now)
+    claims = [
+        _claim(runner, token, *row[:6]).with_task(_written(token, at, *row[6:])) for row in rows
+    ]
     return sorted(claims, key=lambda held: held.run_id)
 
 
@@ -169,12 +234,16 @@ def _claim_locking(
         cursor.execute(select, [db.param("due_at", now), *_carried_params(db, carrying), limit])
         rows = cursor.fetchall()
         if rows:
-            marks = db.mark_params(runner, token, now)
+            marks = _mark_params(db, runner, token, now)
             ids = ", ".join(["%s"] * len(rows))
             cursor.execute(
-                f"UPDATE {RUNS} SET {_marks()} WHERE id IN ({ids})", marks + [r[0] for r in rows]
+                f"UPDATE {RUNS} SET {_marks(db)} WHERE id IN ({ids})", marks + [r[0] for r in rows]
             )
-    return [_claim(runner, token, *row) for row in rows]
+    at = _at(now)
+    return [
+        _claim(runner, token, *row[:6]).with_task(_to_write(runner, token, now, at, *row[6:]))
+        for row in rows
+    ]
 
 
 def reclaim_parked(runner: str) -> list[Claim]:
@@ -206,6 +275,52 @@ def _with_steps(runs: Any) -> Any:
     recorded = Exists(Step.objects.filter(workflow_id=OuterRef("id")))
     columns = ("id", "name", "args", "recorded", "recoveries", "due_at")
     return runs.annotate(recorded=recorded).values_list(*columns)
+
+
+def _written(
+    token: uuid.UUID,
+    at: str,
+    queue: str | None,
+    options: Any,
+    attempts: Any,
+    created_at: Any,
+    started_at: Any,
+    resumes: Any,
+) -> TaskClaim | None:
+    """A task run's ``TaskClaim`` from the values the claim wrote (``RETURNING``)."""
+    if queue is None:
+        return None
+    attempts = _json(attempts) or []
+    last = attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
+    new = last.get("at") == at and last.get("claim") == str(token)
+    return TaskClaim(
+        queue, _json(options), attempts, new, from_row(created_at), from_row(started_at)
+    )
+
+
+def _to_write(
+    runner: str,
+    token: uuid.UUID,
+    now: datetime,
+    at: str,
+    queue: str | None,
+    options: Any,
+    attempts: Any,
+    created_at: Any,
+    started_at: Any,
+    resumes: Any,
+) -> TaskClaim | None:
+    """A task run's ``TaskClaim`` from the values read before the claim's UPDATE wrote
+    (MariaDB: no ``RETURNING``), as that UPDATE wrote them."""
+    if queue is None:
+        return None
+    written, new = next_attempts(_json(attempts), bool(resumes), runner, str(token), at)
+    started = now if started_at is None else from_row(started_at)
+    return TaskClaim(queue, _json(options), written, new, from_row(created_at), started)
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value
 
 
 def _claim(

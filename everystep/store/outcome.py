@@ -81,13 +81,14 @@ def finish_run(
     result: Any = None,
     error: dict[str, Any] | None = None,
     step: dict[str, Any] | None = None,
+    now: datetime | None = None,
 ) -> bool:
     """Give the run its outcome in one statement, and wake whoever awaits it; False if
     this claim no longer holds it (nothing was written). ``step``: a step record
     (``step_values``) written with the outcome, in the same statement (only where
     ``merges_records``): both or neither."""
     db, conn = current()
-    fields = finish_fields(status, result, error, timezone.now())
+    fields = finish_fields(status, result, error, now or timezone.now())
     params = db.params(_FINISH_COLUMNS, fields) + db.fence_params(claim)
     if step is None:
         cursor = db.execute(conn, db.statement("finish", _finish_statement), params)

@@ -134,3 +134,18 @@ def test_an_idle_poll_is_one_statement():
     run = schedule(wf.sequential, 1, 1)
     (held,) = worker._claim(4)
     assert held.run_id == run.id
+
+
+def test_a_task_runs_pass_costs_what_a_workflow_runs_does():
+    """A Django task's run (issue 54): the claim records its attempt and reads what its
+    ``TaskResult`` holds, and ``task_finished`` is built from the pass, so its pass is
+    the outcome alone: no read of the run, no write of the attempt."""
+    from tests.testapp import tasks
+
+    tasks.add.enqueue(2, 3)
+    with counted() as claiming:
+        (held,) = claim_due("counter", 1)
+    assert len(claiming) == CLAIM_STATEMENTS, claiming
+    with counted() as statements:
+        assert run_pass(held).status == "completed"
+    assert len(statements) == 1, statements

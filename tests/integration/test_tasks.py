@@ -7,6 +7,7 @@ On Django 5.2 this is the django-tasks backport; on Django 6 (the compat tier)
 from __future__ import annotations
 
 import sys
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -549,3 +550,36 @@ def test_a_task_returning_what_cannot_be_stored_fails_with_a_type_error():
     [error] = result.errors
     assert issubclass(error.exception_class, TypeError)
     assert "cannot serialize value of type builtins.set" in error.traceback
+
+
+@pytest.mark.parametrize("resumed", [False, True])
+def test_the_claim_records_the_attempt_so_no_reader_sees_it_running_without_one(resumed):
+    """Issue 54: between a claim and its pass a reader saw RUNNING with no worker and no
+    attempt. The claim's own statement records it now; a claim after a durable wait
+    continues the attempt instead. ``task_finished``'s result is what ``get_result()``
+    reads back."""
+    from everystep.engine.execute import run_pass
+    from everystep.store.claims import claim_due
+
+    results: list[Any] = []
+
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        results.append(task_result)
+
+    result = (tasks.nap if resumed else tasks.add).enqueue(*([0.01] if resumed else [1, 2]))
+    if resumed:
+        run_due(max_passes=1)  # the nap's first pass, which sleeps 10 ms
+        time.sleep(0.05)
+    (held,) = claim_due("claimer", 1)
+    seen = (tasks.nap if resumed else tasks.add).get_result(result.id)
+    assert seen.status == TaskResultStatus.RUNNING
+    assert seen.worker_ids == ([RUNNER] if resumed else ["claimer"])
+    assert held.task is not None and held.task.new_attempt is not resumed
+    signals.task_finished.connect(receiver)
+    try:
+        assert run_pass(held).status == "completed"
+    finally:
+        signals.task_finished.disconnect(receiver)
+    [sent] = results
+    assert sent == (tasks.nap if resumed else tasks.add).get_result(result.id)
+    assert sent.return_value == ("rested" if resumed else 3)

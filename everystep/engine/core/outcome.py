@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from django.utils import timezone
+
 from everystep import (
     code_version,
     failure_detail,
@@ -46,7 +48,7 @@ from everystep.errors import (
 )
 from everystep.models import FINAL_STATUSES, Status
 from everystep.store.outcome import finish_run, requeue_run, suspend_run
-from everystep.values import Claim
+from everystep.values import Claim, Ended
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,9 @@ class PassResult:
 
     status: str  # a run status, or "requeued" / "abandoned" / "retry"
     exc: BaseException | None = None
+    # An outcome written: its stored result and the time written with it.
+    result: Any = None
+    at: Any = None
 
 
 def end_pass(
@@ -182,9 +187,15 @@ def finish(
     (``recorded.record``): both, or neither."""
     error = encode_outcome_error(exc) if exc is not None else None
     held = None if state is None else take_held(state)
+    now = timezone.now()
     try:
         written = finish_run(
-            claim, status, result=result, error=error, step=None if held is None else held.values
+            claim,
+            status,
+            result=result,
+            error=error,
+            step=None if held is None else held.values,
+            now=now,
         )
     except AlreadyRecorded as clash:  # another pass recorded the step: replay it
         return _requeue(claim, workflow, clash)
@@ -203,7 +214,7 @@ def finish(
         error=error,
         exc=exc,
     )
-    return PassResult(status, exc)
+    return PassResult(status, exc, result, now)
 
 
 def fail(claim: Claim, workflow: str, exc: BaseException) -> PassResult:
@@ -219,7 +230,7 @@ def fail(claim: Claim, workflow: str, exc: BaseException) -> PassResult:
         except Exception:  # what crashed the pass may be finding the definition itself
             defn = None
         if defn is not None and defn.finished is not None:
-            defn.finished(claim, workflow, exc)
+            defn.finished(claim, workflow, Ended(ended.status, exc=exc))
     return ended
 
 
