@@ -25,15 +25,15 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from everystep import conf, signals
+from everystep import conf
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, AuditEntry, Status, Workflow, WorkflowQuerySet, uuid7
-from everystep.store import audit, database, run_waits
+from everystep.store import audit, database
 from everystep.store.audit import Actor
 from everystep.store.forks import BUILTIN_WORKFLOWS
 from everystep.store.reports import filtered_runs, id_bounds
 from everystep.store.runners import live_runner_names
-from everystep.store.runs import cancel_children
+from everystep.store.runs import after_cancel
 from everystep.store.wake import notify_due
 from everystep.stored_errors import encode_error
 
@@ -228,14 +228,9 @@ def _cancelling(actor: Actor) -> _Change:
     def cancel(ids: list[UUID]) -> None:
         Workflow.objects.filter(id__in=ids).finish(Status.CANCELLED, error=error)
 
-    def after(ids: list[UUID]) -> None:
-        # After the batch's commit, as cancel_run does: no lock on a parent is held
-        # while its children's rows are locked (see ``run_waits``).
-        ended = [*ids, *cancel_children(ids, actor)]
-        run_waits.ended(ended)
-        signals.runs_cancelled.emit(sender=Workflow, run_ids=ended, by=actor.by)
-
-    return _Change(cancel, after)
+    # After the batch's commit, as cancel_run does: no lock on a parent is held while its
+    # children's rows are locked (see ``run_waits``).
+    return _Change(cancel, partial(after_cancel, actor=actor))
 
 
 def _requeueing(actor: Actor) -> _Change:

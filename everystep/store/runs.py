@@ -285,10 +285,17 @@ def cancel_run(run_id: str, *, actor: Actor, reason: str = "") -> Workflow:
         cancelled = runs.finish(Status.CANCELLED, error=error)
         run = _changed_run(run_id, cancelled, "only unfinished runs can be cancelled")
         audit.record("cancel", actor, run=run.id, reason=reason)
-    ended = [run.id, *cancel_children([run.id], actor)]
+    after_cancel([run.id], actor)
+    return run
+
+
+def after_cancel(ids: list[UUID], actor: Actor) -> None:
+    """Once the cancellation of runs ``ids`` has committed: cancel their unfinished
+    children (and theirs), wake whatever waited for any of them, and announce them all
+    (``signals.runs_cancelled``)."""
+    ended = [*ids, *cancel_children(ids, actor)]
     run_waits.ended(ended)
     signals.runs_cancelled.emit(sender=Workflow, run_ids=ended, by=actor.by)
-    return run
 
 
 def cancel_children(parents: list[UUID], actor: Actor) -> list[UUID]:

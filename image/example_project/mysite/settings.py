@@ -5,7 +5,9 @@ database_url setting (EVERYSTEP_DATABASE_URL) replaces the SQLite default below.
 Environment: DJANGO_SECRET_KEY (required: no fallback, so no deployment runs on a key that
 is in a public repository), DJANGO_ALLOWED_HOSTS (comma-separated, default localhost and
 127.0.0.1), EXAMPLE_HTTPS (default 1: served behind a TLS-terminating proxy; compose.yaml's
-localhost-only evaluation stack sets 0 to serve plain HTTP)."""
+localhost-only evaluation stack sets 0 to serve plain HTTP), DJANGO_DEBUG (1 for
+development on your machine: Django's DEBUG, and mysite/asgi.py serves the static files;
+never in a deployment)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ except KeyError:
         "DJANGO_SECRET_KEY is not set: give the example project a long random secret "
         "(python -c 'import secrets; print(secrets.token_urlsafe(50))')"
     ) from None
-DEBUG = False
+DEBUG = os.environ.get("DJANGO_DEBUG") == "1"
 ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1").split(",")
 
 # HTTPS: the proxy in front terminates TLS and says so in X-Forwarded-Proto (it must set
