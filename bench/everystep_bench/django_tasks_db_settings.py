@@ -14,3 +14,7 @@ from everystep_bench.settings import INSTALLED_APPS, TASKS
 INSTALLED_APPS = [*INSTALLED_APPS, "django_tasks_db"]
 
 TASKS = {**TASKS, "dtdb": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+
+# The benchmark's tasks, known to every worker from its start (a worker imports nothing
+# for a run's name; django-tasks-db's db_worker imports the module a row names).
+EVERYSTEP_WORKFLOW_MODULES = ["everystep_bench.django_tasks_db_tasks"]

@@ -6,13 +6,16 @@ the benchmark reads the start back from the task's result for the pickup latency
 checks the digest. ``plain`` is declared for everystep's backend (``default``); the
 benchmark hands the very same task to django-tasks-db with ``plain.using(backend="dtdb")``,
 so both backends run one function. ``durable`` does its work in one ``@step`` (recorded,
-served on replay): everystep only.
+served on replay): everystep only. ``written`` and ``durable_written`` (``--body orm``)
+also insert one row through the ORM, as most task bodies write something.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import time
+import uuid
 from typing import Any
 
 from everystep import step
@@ -46,3 +49,33 @@ def fingerprint_step(i: int) -> str:
 def durable(i: int) -> dict[str, Any]:
     started = time.time()
     return {"started": started, "digest": fingerprint_step(i)}
+
+
+def write_row(i: int) -> None:
+    """One ORM insert, in its own transaction (autocommit), as a task body makes one."""
+    from django.utils import timezone
+
+    from tests.testapp.models import Execution
+
+    Execution.objects.create(
+        run_id=uuid.uuid4(), step=f"bench {i}", pid=os.getpid(), started_at=timezone.now()
+    )
+
+
+@task
+def written(i: int) -> dict[str, Any]:
+    started = time.time()
+    write_row(i)
+    return {"started": started, "digest": fingerprint(i)}
+
+
+@step
+def written_step(i: int) -> str:
+    write_row(i)
+    return fingerprint(i)
+
+
+@task
+def durable_written(i: int) -> dict[str, Any]:
+    started = time.time()
+    return {"started": started, "digest": written_step(i)}

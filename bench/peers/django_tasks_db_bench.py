@@ -15,7 +15,8 @@ backends' tables (settings ``everystep_bench.django_tasks_db_settings``: TASKS
 ``default`` = everystep's backend, ``dtdb`` = ``django_tasks_db.DatabaseBackend``).
 Before every phase both backends' tables are emptied (and ``VACUUM ANALYZE``d on
 PostgreSQL), so each phase starts from the same empty tables. Three kinds of task, the
-bodies in ``everystep_bench/django_tasks_db_tasks.py`` (a SHA-256 over 4 KiB):
+bodies in ``everystep_bench/django_tasks_db_tasks.py`` (a SHA-256 over 4 KiB; with
+``--body orm`` also one ORM insert, as most task bodies write something):
 
 - ``everystep-step``: everystep's ``durable`` task, its work in one ``@step``;
 - ``everystep-plain``: everystep's ``plain`` task (no step): like for like with
@@ -81,6 +82,8 @@ from harness.workers import WorkerProcess, worker_env  # noqa: E402
 SETTINGS = "everystep_bench.django_tasks_db_settings"
 DTDB = "dtdb"  # the TASKS alias of django-tasks-db's backend
 STEP, PLAIN, PEER = "everystep-step", "everystep-plain", "django-tasks-db"
+# ``--body orm``: every kind's body also inserts one row (``written``).
+BODY = {"orm": False}
 KINDS = (STEP, PLAIN, PEER)
 READY_TIMEOUT = 60.0
 
@@ -101,11 +104,11 @@ class Kind:
     def task(self) -> Any:
         from everystep_bench import django_tasks_db_tasks as tasks
 
+        orm = BODY["orm"]
         if self.name == STEP:
-            return tasks.durable
-        if self.name == PLAIN:
-            return tasks.plain
-        return tasks.plain.using(backend=DTDB)
+            return tasks.durable_written if orm else tasks.durable
+        body = tasks.written if orm else tasks.plain
+        return body if self.name == PLAIN else body.using(backend=DTDB)
 
     def _rows(self) -> tuple[Any, str, str, Any, Any]:
         """(queryset of its rows, start field, finish field, success, pending statuses)."""
@@ -181,10 +184,12 @@ def tidy(db: str) -> None:
     from django_tasks_db.models import DBTaskResult
 
     from everystep.models import Step, Workflow
+    from tests.testapp.models import Execution
 
     Step.objects.all().delete()
     Workflow.objects.all().delete()
     DBTaskResult.objects.all().delete()
+    Execution.objects.all().delete()
     if db == "postgres":
         with connection.cursor() as cursor:
             cursor.execute(
@@ -679,8 +684,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--repeat", type=int, default=3, help="rounds; medians (3)")
     parser.add_argument("--samples", type=int, default=50, help="pickup samples per kind (50)")
+    parser.add_argument(
+        "--body",
+        choices=("hash", "orm"),
+        default="hash",
+        help="the task body: a SHA-256 over 4 KiB, or that and one ORM insert (hash)",
+    )
     options.add_worker_phase_arguments(parser)
     args = parser.parse_args(argv)
+    BODY["orm"] = args.body == "orm"
     if min(args.tasks, args.repeat, args.samples, *args.concurrency) < 1:
         parser.error("--tasks, --repeat, --samples and --concurrency must be at least 1")
     args.settings_module = SETTINGS
