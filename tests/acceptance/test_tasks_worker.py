@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from uuid import UUID
 
 import pytest
 
@@ -152,3 +153,25 @@ def test_a_parent_killed_after_starting_children_starts_each_only_once(workers, 
     )
     again.signal(signal.SIGTERM)
     assert again.wait(60) == 0
+
+
+def test_a_worker_sends_task_finished_for_every_way_a_task_run_ends(workers):
+    """Issue 54: Django's receivers in the worker process hear of a task run that
+    completes, fails or ends the process's way (``SystemExit``), each failure with its
+    exception being handled (what Django's ERROR line logs). A cancelled task run's
+    ``task_finished`` is sent where it is cancelled: tests/integration/test_tasks.py."""
+    done = tasks.add.enqueue(1, 2)
+    failed = tasks.explode.enqueue("in a worker")
+    exited = tasks.exits.enqueue(3)
+    proc = workers("finisher", *FAST, env={"EVERYSTEP_TEST_RECORD_FINISHED": "1"})
+    wait_until(lambda: finished(done, failed, exited), 60, "the tasks to finish")
+    heard = dict(
+        Execution.objects.filter(step__startswith="finished:").values_list("run_id", "step")
+    )
+    assert heard == {
+        UUID(done.id): "finished:SUCCESSFUL:none",
+        UUID(failed.id): "finished:FAILED:ValueError",
+        UUID(exited.id): "finished:FAILED:SystemExit",
+    }
+    proc.signal(signal.SIGTERM)
+    assert proc.wait(60) == 0

@@ -1,3 +1,5 @@
+import os
+
 from django.apps import AppConfig
 
 
@@ -15,3 +17,8 @@ class TestappConfig(AppConfig):
             progress_workflows,  # noqa: F401  (publish, for a worker subprocess)
             versioned,  # noqa: F401  (workflows in several versions)
         )
+
+        if os.environ.get("EVERYSTEP_TEST_RECORD_FINISHED") == "1":
+            from tests.testapp.tasks import record_finished
+
+            record_finished()

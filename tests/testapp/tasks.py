@@ -5,6 +5,7 @@ body logs an ``Execution`` row, so tests count executions across worker processe
 from __future__ import annotations
 
 import enum
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -157,3 +158,31 @@ def chain_then_wait(label: str, gate: str) -> str:
 def returns_a_set() -> Any:
     """Returns what JSON cannot hold: the run fails with a ``TypeError``."""
     return {1, 2}
+
+
+def record_finished() -> None:
+    """Connect a ``task_finished`` receiver that writes what it heard as an
+    ``Execution`` row (``finished:<status>:<exception handled>``), for a test to read
+    what a worker process sent (``EVERYSTEP_TEST_RECORD_FINISHED=1``)."""
+    import sys
+
+    try:  # Django 6
+        from django.tasks.signals import task_finished
+    except ImportError:  # Django 5.2: the backport
+        from django_tasks.signals import task_finished  # type: ignore[no-redef]
+
+    from django.utils import timezone
+
+    from tests.testapp.models import Execution
+
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        handled = sys.exc_info()[1]
+        name = "none" if handled is None else type(handled).__name__
+        Execution.objects.create(
+            run_id=task_result.id,
+            step=f"finished:{task_result.status}:{name}",
+            pid=os.getpid(),
+            started_at=timezone.now(),
+        )
+
+    task_finished.connect(receiver, weak=False)
