@@ -165,9 +165,10 @@ def test_a_worker_sends_task_finished_for_every_way_a_task_run_ends(workers):
     exited = tasks.exits.enqueue(3)
     proc = workers("finisher", *FAST, env={"EVERYSTEP_TEST_RECORD_FINISHED": "1"})
     wait_until(lambda: finished(done, failed, exited), 60, "the tasks to finish")
-    heard = dict(
-        Execution.objects.filter(step__startswith="finished:").values_list("run_id", "step")
-    )
+    # Sent once each outcome is written: the receiver's row may follow the status.
+    rows = Execution.objects.filter(step__startswith="finished:")
+    wait_until(lambda: rows.count() >= 3, 30, "the receiver to hear of all three")
+    heard = dict(rows.values_list("run_id", "step"))
     assert heard == {
         UUID(done.id): "finished:SUCCESSFUL:none",
         UUID(failed.id): "finished:FAILED:ValueError",
