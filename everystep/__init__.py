@@ -19,7 +19,8 @@ The package, in layers that import downwards only (``tests/unit/test_layers.py``
 - ``worker/``: the long-running ``Worker``;
 - above the engine, beside the worker: ``waiting/`` (waiting from outside a run),
   ``replays/`` (the replay check and forks), ``builtins/`` (everystep's own workflows),
-  ``task_runs`` (a Django ``@task``'s run, found through the registry's resolver);
+  ``task_runs`` (a Django ``@task``'s run, found through the registry's resolver) and
+  ``task_signals`` (Django's task signals sent for it);
 - edges: ``api`` (the public surface), ``async_api`` (its async twins), ``decorators``
   (``@workflow``, ``@step``), ``scheduling`` (``schedule``, ``start``), ``cancelling``
   (``cancel``), ``tasks`` (the

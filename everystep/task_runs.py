@@ -24,7 +24,9 @@ from datetime import datetime
 from types import ModuleType
 from typing import Any
 
-from everystep import registry, serde, signals
+from django.db import DatabaseError
+
+from everystep import registry, serde, signals, task_signals
 from everystep.engine.core.pass_state import current_frame
 from everystep.errors import EverystepError, RunCancelled
 from everystep.models import Status, Workflow
@@ -180,7 +182,7 @@ def begin(claim: Claim) -> Any:
     task = task_named(run.name)
     result = task_result(run, task)
     if new:
-        _send(task, "task_started", result)
+        task_signals.send(task, "task_started", result)
     return result
 
 
@@ -206,11 +208,11 @@ def finished(claim: Claim, name: str, ended: Ended) -> None:
     with, finished (nothing is read); any other is read back."""
     task = task_named(name)
     if ended.status == Status.COMPLETED and ended.begun is not None and ended.at is not None:
-        _send_finished(task, _completed(ended.begun, ended.result, ended.at), None)
+        task_signals.finished(task, _completed(ended.begun, ended.result, ended.at), None)
         return
     run = get_run(claim.run_id)
     if run is not None:
-        _send_finished(task, task_result(run, task), ended.exc)
+        task_signals.finished(task, task_result(run, task), ended.exc)
 
 
 def _completed(begun: Any, stored: Any, at: Any) -> Any:
@@ -222,54 +224,40 @@ def _completed(begun: Any, stored: Any, at: Any) -> Any:
     return done
 
 
-def _send_finished(task: Any, result: Any, exc: BaseException | None) -> None:
-    """Send ``task_finished``, for a failed run while its exception is being handled, as
-    Django's own backends send it: Django's receiver logs the failure with
-    ``logger.exception``, which reads the exception being handled (error trackers take
-    the traceback from there)."""
-    if exc is None:
-        _send(task, "task_finished", result)
-        return
-    traceback = exc.__traceback__
-    try:
-        raise exc
-    except BaseException:
-        _send(task, "task_finished", result)
-    finally:
-        exc.__traceback__ = traceback  # as it was: raising it here added this frame
+# Task runs read per query when cancelled runs are told of: a parent's children may be
+# many more than a statement takes parameters.
+_CANCELLED_CHUNK = 1000
 
 
 def _cancelled(arguments: dict[str, Any]) -> None:
     """``signals.runs_cancelled``: send ``task_finished`` for the task runs among them,
-    with ``RunCancelled`` as their failure (no worker's pass ends a cancelled run)."""
-    for run in Workflow.objects.filter(id__in=arguments["run_ids"], queue__isnull=False):
-        try:
-            task = task_named(run.name)
-        except EverystepError:
-            continue  # a row no task of this process runs: nobody to tell
-        reason = RunCancelled(f"run {run.id} was cancelled by {arguments['by']}")
-        _send_finished(task, task_result(run, task), reason)
+    with ``RunCancelled`` as their failure (no worker's pass ends a cancelled run). The
+    cancellation has committed: a database error here is logged, not raised to the
+    caller, whose cancel stands."""
+    ids = list(arguments["run_ids"])
+    try:
+        for start in range(0, len(ids), _CANCELLED_CHUNK):
+            chunk = ids[start : start + _CANCELLED_CHUNK]
+            for run in Workflow.objects.filter(id__in=chunk, queue__isnull=False):
+                _tell_cancelled(run, arguments["by"])
+    except DatabaseError as exc:
+        logger.warning(
+            "cancelled runs: task_finished not sent (%s)",
+            exc,
+            extra={"event": "task.signal_failed"},
+        )
+
+
+def _tell_cancelled(run: Workflow, by: str) -> None:
+    try:
+        task = task_named(run.name)
+    except EverystepError:
+        return  # a row no task of this process runs: nobody to tell
+    reason = RunCancelled(f"run {run.id} was cancelled by {by}")
+    task_signals.finished(task, task_result(run, task), reason)
 
 
 signals.runs_cancelled.subscribe(_cancelled)
-
-
-def _send(task: Any, signal_name: str, result: Any) -> None:
-    """Send one of Django's task signals; a receiver that raises is logged, never lets
-    the run's pass fail (its outcome is already, or about to be, written)."""
-    signal = getattr(framework_module(task, "signals"), signal_name)
-    sender = type(task.get_backend())
-    for receiver, response in signal.send_robust(sender=sender, task_result=result):
-        if isinstance(response, Exception):
-            logger.error(
-                "a receiver of %s (%r) raised for run %s: %s",
-                signal_name,
-                receiver,
-                result.id,
-                response,
-                exc_info=response,
-                extra={"event": "task.signal_failed", "run_id": result.id},
-            )
 
 
 _READY = frozenset({Status.SCHEDULED})

@@ -24,7 +24,7 @@ from everystep.replays.check import check_replay
 from everystep.store.audit import Actor
 from everystep.store.runs import cancel_run, create_run
 from everystep.tasks import EverystepBackend
-from everystep.testing import run_due
+from everystep.testing import crash_at, run_due
 from tests.testapp import tasks
 from tests.testapp.models import Execution
 
@@ -583,3 +583,23 @@ def test_the_claim_records_the_attempt_so_no_reader_sees_it_running_without_one(
     [sent] = results
     assert sent == (tasks.nap if resumed else tasks.add).get_result(result.id)
     assert sent.return_value == ("rested" if resumed else 3)
+
+
+def test_cancelled_task_runs_are_told_of_in_chunks(monkeypatch: pytest.MonkeyPatch):
+    """A parent's cancelled children may be more than one statement takes parameters:
+    the task runs among them are read a chunk at a time, and each is told of."""
+    from everystep import cancel
+
+    monkeypatch.setattr(task_runs, "_CANCELLED_CHUNK", 2)
+    seen, receiver = finished_with_exceptions()
+    parent = tasks.chains.enqueue(1)
+    with crash_at("before_body", tasks.first):
+        run_due(max_passes=1)  # its three children started, the parent left running
+    signals.task_finished.connect(receiver)
+    try:
+        cancel(parent)
+    finally:
+        signals.task_finished.disconnect(receiver)
+    children = {str(run.id) for run in Workflow.objects.filter(parent_id=parent.id)}
+    assert len(children) == 3
+    assert {result_id for result_id, _, _ in seen} == {parent.id, *children}

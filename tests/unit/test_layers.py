@@ -66,6 +66,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "everystep.replays",
             "everystep.builtins",
             "everystep.task_runs",
+            "everystep.task_signals",
         ),
     ),
     (
