@@ -29,6 +29,7 @@ from django.utils import timezone
 from everystep.models import Status, Step, Workflow, take_fields
 from everystep.store import database
 from everystep.store.sql import RUNS, SCHEDULED, STEPS, Vendor, current
+from everystep.store.task_attempts import next_attempts
 from everystep.times import from_row
 from everystep.values import Carrying, Claim, TaskClaim
 
@@ -85,18 +86,6 @@ def _attempt_mark(db: Vendor) -> str:
 
 def _attempt_params(runner: str, token: uuid.UUID, at: str) -> list[Any]:
     return [str(token), runner, at, str(token)]
-
-
-def next_attempts(
-    attempts: list[Any] | None, resumes: bool | None, runner: str, token: str, at: str
-) -> tuple[list[Any], bool]:
-    """A task run's attempts once ``token``'s claim has recorded its own, as
-    ``_attempt_mark`` writes them, and whether it began a new one."""
-    kept = list(attempts or [])
-    if resumes and kept and isinstance(kept[-1], dict):
-        kept[-1] = {**kept[-1], "claim": token}
-        return kept, False
-    return [*kept, {"worker": runner, "at": at, "claim": token}], True
 
 
 _RETURNING = f"RETURNING {_taken(RUNS)}"

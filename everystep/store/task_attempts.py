@@ -27,19 +27,30 @@ def begin_attempt(claim: Claim) -> tuple[Workflow, bool] | None:
     run = Workflow.objects.filter(id=claim.run_id).first()
     if run is None:
         return None
-    attempts: list[dict[str, Any]] = list(run.attempts or [])
     token = str(claim.token)
-    last = attempts[-1] if attempts and isinstance(attempts[-1], dict) else None
+    previous = run.attempts or []
+    last = previous[-1] if previous and isinstance(previous[-1], dict) else None
     # Not an attempt: a resume after a durable wait, or this very claim's pass run again
     # (the worker retries a pass the database interrupted, under the same claim).
-    new = last is None or not (run.resumes or last.get("claim") == token)
-    if new:
-        attempts.append({"worker": claim.runner, "at": timezone.now().isoformat(), "claim": token})
-    elif last is not None:
-        attempts[-1] = {**last, "claim": token}
+    again = last is not None and last.get("claim") == token
+    at = timezone.now().isoformat()
+    attempts, new = next_attempts(previous, bool(run.resumes) or again, claim.runner, token, at)
     # Fenced: a claim that lost the run writes nothing, and its pass is abandoned by the
     # first fenced write after this one.
     if not Workflow.objects.held_by(claim).update(attempts=attempts, resumes=None):
         return None
     run.attempts, run.resumes = attempts, None
     return run, new
+
+
+def next_attempts(
+    attempts: list[Any] | None, resumes: bool | None, runner: str, token: str, at: str
+) -> tuple[list[Any], bool]:
+    """A task run's attempts once ``token``'s claim has recorded its own, and whether it
+    began a new one: the one rule ``begin_attempt`` and the claim's SQL
+    (``store.claims``) follow. ``resumes``: the claim continues the last attempt."""
+    kept = list(attempts or [])
+    if resumes and kept and isinstance(kept[-1], dict):
+        kept[-1] = {**kept[-1], "claim": token}
+        return kept, False
+    return [*kept, {"worker": runner, "at": at, "claim": token}], True
