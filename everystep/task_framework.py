@@ -20,25 +20,25 @@ BACKEND_MARK = "everystep_backend"
 
 def framework_of(obj: Any) -> str | None:
     """The framework package (``FRAMEWORKS``) whose ``Task`` ``obj`` is, or None."""
+    return _framework_with(obj, "Task")
+
+
+def is_task_result(obj: Any) -> bool:
+    """Whether ``obj`` is a ``TaskResult`` of Django's task framework (or its backport)."""
+    return _framework_with(obj, "TaskResult") is not None
+
+
+def _framework_with(obj: Any, class_name: str) -> str | None:
+    """The framework package whose class ``class_name`` ``obj`` is an instance of."""
     # ``type(obj)``, not ``isinstance``: isinstance reads ``obj.__class__``, which runs
     # code on an object that defines it (a lazily imported module imports itself then),
     # and ``obj`` may be anything a module holds under a name a run's row gave.
     kind = type(obj)
     for package in FRAMEWORKS:
-        task_class = getattr(sys.modules.get(f"{package}.base"), "Task", None)
-        if isinstance(task_class, type) and issubclass(kind, task_class):
+        made = getattr(sys.modules.get(f"{package}.base"), class_name, None)
+        if isinstance(made, type) and issubclass(kind, made):
             return package
     return None
-
-
-def is_task_result(obj: Any) -> bool:
-    """Whether ``obj`` is a ``TaskResult`` of Django's task framework (or its backport)."""
-    kind = type(obj)
-    for package in FRAMEWORKS:
-        result_class = getattr(sys.modules.get(f"{package}.base"), "TaskResult", None)
-        if isinstance(result_class, type) and issubclass(kind, result_class):
-            return True
-    return False
 
 
 def is_everystep_backend(backend: Any) -> bool:
