@@ -6,8 +6,9 @@ The package, in layers that import downwards only (``tests/unit/test_layers.py``
 
 - foundations: ``values``, ``errors``, ``options`` (the worker's options, declared once),
   ``signals``, ``tallies``, ``tracing``, ``safe_text``, ``serde`` (stored values),
-  ``stored_errors`` (stored exceptions), ``stored_types`` (the classes a stored value
-  may name), ``failure_detail`` (stored tracebacks),
+  ``shapes`` (values typed by annotations), ``stored_errors`` (stored exceptions),
+  ``stored_types`` (the classes a stored value may name), ``failure_detail`` (stored
+  tracebacks),
   ``wait_words``, ``times``, ``registry``, ``task_framework`` (``django.tasks`` or its
   backport), ``conf`` (settings), ``checks`` (system checks), ``code_version`` (which
   version of the project's code this process runs), ``sync_callers`` (sync code and

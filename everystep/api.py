@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
 
 # Re-exported (``import x as x``): ``everystep.__all__`` is the one list of public names.
@@ -38,6 +38,8 @@ from everystep.scheduling import start as start
 if TYPE_CHECKING:
     from everystep.engine.operations.parallel import Branch
     from everystep.models import Workflow
+
+T = TypeVar("T")  # a payload's type (``wait_for(..., type=T)``)
 
 
 def parallel(*branches: Branch, everystep_id: str | None = None) -> tuple[Any, ...]:
@@ -106,13 +108,23 @@ def sleep_until(when: datetime) -> None:
     waits.sleep_until(when)
 
 
-def wait_for(name: str, timeout: timedelta | float | None = None) -> Any:
+@overload
+def wait_for(name: str, timeout: timedelta | float | None = None) -> Any: ...
+@overload
+def wait_for(name: str, timeout: timedelta | float | None = None, *, type: type[T]) -> T: ...
+@overload
+def wait_for(name: str, timeout: timedelta | float | None = None, *, type: Any) -> Any: ...
+
+
+def wait_for(name: str, timeout: timedelta | float | None = None, *, type: Any = None) -> Any:
     """Inside a workflow body: wait durably for the event ``name`` sent to this run, and
     return its payload; raise ``everystep.errors.WaitTimeout`` after ``timeout``. An event
-    sent before the run reaches this wait is kept and returned at once."""
+    sent before the run reaches this wait is kept and returned at once. ``type`` (a
+    class or an annotation such as ``list[Order]``) rebuilds the payload as that type
+    (docs/typed-values.md); without it a dataclass or model sent arrives as its dict."""
     from everystep.engine.operations import waits
 
-    return waits.wait_for(name, timeout)
+    return waits.wait_for(name, timeout, type)
 
 
 def send(run_id: UUID | str, name: str, payload: Any = None) -> bool:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Never
+from typing import TYPE_CHECKING, Any, Never, TypeVar, overload
 from uuid import UUID
 
 from asgiref.sync import markcoroutinefunction, sync_to_async
@@ -28,6 +28,8 @@ from everystep.decorators import is_django_task
 
 if TYPE_CHECKING:
     from everystep.models import Workflow
+
+T = TypeVar("T")  # a payload's type (``await_for(..., type=T)``)
 
 
 @markcoroutinefunction
@@ -110,13 +112,27 @@ def asleep_until(when: datetime) -> Awaitable[None]:
     return async_ops.asleep_until(when)
 
 
+@overload
+def await_for(name: str, timeout: timedelta | float | None = None) -> Awaitable[Any]: ...
+@overload
+def await_for(
+    name: str, timeout: timedelta | float | None = None, *, type: type[T]
+) -> Awaitable[T]: ...
+@overload
+def await_for(
+    name: str, timeout: timedelta | float | None = None, *, type: Any
+) -> Awaitable[Any]: ...
+
+
 @markcoroutinefunction
-def await_for(name: str, timeout: timedelta | float | None = None) -> Awaitable[Any]:
+def await_for(
+    name: str, timeout: timedelta | float | None = None, *, type: Any = None
+) -> Awaitable[Any]:
     """Inside an async workflow body: wait durably for the event ``name``, as
-    ``wait_for()`` does in a sync body."""
+    ``wait_for()`` does in a sync body (``type``: the payload's type, as there)."""
     from everystep.engine.asynchronous import async_ops
 
-    return async_ops.await_for(name, timeout)
+    return async_ops.await_for(name, timeout, type)
 
 
 @markcoroutinefunction

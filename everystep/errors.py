@@ -38,6 +38,12 @@ class WorkflowCodeError(EverystepError):
         self.called = called
 
 
+class IncompatibleValue(WorkflowCodeError):
+    """A stored value the code's annotated type cannot rebuild any more (a field added
+    without a default, a renamed Enum member): the type changed incompatibly since the
+    value was stored (``docs/typed-values.md``)."""
+
+
 class StepFailure(EverystepError):
     """A recorded step exception whose original type cannot be rebuilt on replay.
 

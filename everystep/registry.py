@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from everystep import shapes
 from everystep.errors import EverystepError
 from everystep.serde import qualified_name
 from everystep.values import Claim, Ended
@@ -34,6 +35,22 @@ class WorkflowDef:
     finished: Callable[[Claim, str, Ended], None] | None = None
     # An ``async def`` body: its passes run on an event loop (``engine.asynchronous.async_body``).
     is_async: bool = False
+    # The function whose annotations type the run's arguments and result
+    # (``everystep.shapes``): ``fn`` unless given (a task's run: the task's function), and
+    # how the stored arguments become the body's (default: ``fn``'s positional ones).
+    typed_by: Callable[..., Any] | None = None
+    read_arguments: Callable[[Any], list[Any]] | None = None
+
+    def arguments(self, stored: Any) -> list[Any]:
+        """The body's arguments from the run's stored ones, typed by the annotations."""
+        if self.read_arguments is not None:
+            return self.read_arguments(stored)
+        return shapes.decode_arguments(self.fn, stored, f"workflow {self.name}")
+
+    @property
+    def returns(self) -> shapes.Shape | None:
+        """How the run's result is stored and rebuilt (its return annotation)."""
+        return shapes.returns(self.typed_by or self.fn)
 
 
 @dataclass(frozen=True)
@@ -47,6 +64,11 @@ class StepDef:
     atomic: bool = False
     # An ``async def`` step: awaited in an async body (``engine.asynchronous.async_steps``).
     is_async: bool = False
+
+    @property
+    def returns(self) -> shapes.Shape | None:
+        """How the step's result is stored and rebuilt (its return annotation)."""
+        return shapes.returns(self.fn)
 
 
 _lock = threading.Lock()

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Never
 
-from everystep import registry, safe_text, serde
+from everystep import registry, safe_text, shapes
 from everystep.decorators import is_django_task, task_name
 from everystep.errors import EverystepError, WorkflowNotDiscoveredWarning
 from everystep.registry import WorkflowDef
@@ -165,7 +165,7 @@ def run_of(
         raise TypeError("idempotency_key must be a non-empty string of at most 255 characters")
     if idempotency_key is not None:
         safe_text.storable_text(idempotency_key, f"idempotency_key of workflow {defn.name}")
-    return defn, serde.encode(list(args), f"arguments of workflow {defn.name}")
+    return defn, shapes.encode_arguments(defn.fn, list(args), f"arguments of workflow {defn.name}")
 
 
 def _check_arguments(defn: WorkflowDef, args: tuple[Any, ...], verb: str) -> None:

@@ -22,6 +22,7 @@ are stored as they are.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
 import enum
 import json
@@ -41,8 +42,26 @@ TAG = "__es__"
 
 SUPPORTED = (
     "None, bool, int, float (finite), str, list, tuple (stored as list), dict with str keys, "
-    "datetime (naive or aware), date, timedelta, UUID, Decimal, bytes, Enum members"
+    "datetime (naive or aware), date, timedelta, UUID, Decimal, bytes, Enum members; "
+    "dataclasses, pydantic models and sets where an annotation names their type"
 )
+
+
+class _AnyClass(frozenset):
+    """Allows every typed value (``EVERYTHING``): a value no annotation will rebuild, kept
+    for show (a step's arguments) or rebuilt by its reader (an event's payload)."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+    def __bool__(self) -> bool:
+        return True
+
+
+# The classes of typed values (dataclasses, pydantic models, sets) a stored value may hold,
+# which an annotation names (``everystep.shapes``): none, or any.
+NOTHING: frozenset[type] = frozenset()
+EVERYTHING: frozenset[type] = _AnyClass()
 
 
 # Arrays and objects nest at most this deep in a stored value: MariaDB's JSON columns
@@ -74,27 +93,29 @@ def qualified_name(obj: Any) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
 
 
-def encode(value: Any, where: str = "value") -> Any:
+def encode(value: Any, where: str = "value", allowed: frozenset[type] = NOTHING) -> Any:
     """Turn ``value`` into plain JSON data every database stores, or raise
     ``EverystepError`` naming the type (or the problem) and the position: for a type it
-    cannot store, ``UnstorableValue``, a ``TypeError`` too, as ``json.dumps`` raises."""
-    return _encode(value, where, 0)
+    cannot store, ``UnstorableValue``, a ``TypeError`` too, as ``json.dumps`` raises.
+    Dataclasses, pydantic models and sets are stored (as objects and lists) only if their
+    class is ``allowed``: an annotation names it, so it is rebuilt (``everystep.shapes``)."""
+    return _encode(value, where, 0, allowed)
 
 
 def encode_nested(value: Any, where: str, depth: int) -> Any:
     """``encode`` of a value found ``depth`` levels down in a stored value (the
     nesting limit counts from the top)."""
-    return _encode(value, where, depth)
+    return _encode(value, where, depth, NOTHING)
 
 
-def _encode(value: Any, where: str, depth: int) -> Any:
+def _encode(value: Any, where: str, depth: int, allowed: frozenset[type]) -> Any:
     # ``depth``: how many lists and dicts of the stored form enclose ``value``.
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, str):
         return _encode_str(value, where, depth)
     if isinstance(value, enum.Enum):
-        return _encode_enum(value, where, depth)
+        return _encode_enum(value, where, depth, type(value) in allowed)
     if isinstance(value, int):
         return value
     if isinstance(value, float):
@@ -106,9 +127,13 @@ def _encode(value: Any, where: str, depth: int) -> Any:
         return value
     if isinstance(value, list | tuple):
         inner = _nested(where, depth + 1)
-        return [_encode(item, f"{where}[{i}]", inner) for i, item in enumerate(value)]
+        return [_encode(item, f"{where}[{i}]", inner, allowed) for i, item in enumerate(value)]
     if isinstance(value, dict):
-        return _encode_dict(value, where, depth)
+        return _encode_dict(value, where, depth, allowed)
+    if allowed and type(value) in allowed:
+        typed = _typed_form(value, where)
+        if typed is not None:
+            return _encode(typed, where, depth, allowed)
     tagged = _encode_scalar(value, where)
     _nested(where, depth + (2 if isinstance(tagged["v"], list) else 1))
     return tagged
@@ -137,12 +162,13 @@ def _encode_str(value: str, where: str, depth: int) -> Any:
     return {TAG: "str", "v": _escape(value)}
 
 
-def _encode_enum(value: enum.Enum, where: str, depth: int) -> dict[str, Any]:
-    # Stored by member name: any member value works. The class must be found by its
-    # qualified name in an imported module (not __main__) or no process could read the
-    # value back; storing it also allows this process to rebuild it.
+def _encode_enum(value: enum.Enum, where: str, depth: int, annotated: bool) -> dict[str, Any]:
+    # Stored by member name: any member value works. Unless an annotation names the
+    # class (it is rebuilt from that, ``everystep.shapes``), the class must be found by
+    # its qualified name in an imported module (not __main__) or no process could read
+    # the value back; storing it also allows this process to rebuild it.
     cls_name = qualified_name(type(value))
-    if not stored_types.remember(type(value)):
+    if not stored_types.remember(type(value)) and not annotated:
         raise EverystepError(
             f"cannot serialize enum member {value!r} at {where}: its class {cls_name} cannot "
             "be imported by that name (define enums at module level, in an importable "
@@ -152,7 +178,9 @@ def _encode_enum(value: enum.Enum, where: str, depth: int) -> dict[str, Any]:
     return {TAG: "enum", "cls": cls_name, "name": _encode_str(value.name, where, depth + 1)}
 
 
-def _encode_dict(value: dict[Any, Any], where: str, depth: int) -> dict[str, Any]:
+def _encode_dict(
+    value: dict[Any, Any], where: str, depth: int, allowed: frozenset[type]
+) -> dict[str, Any]:
     for key in value:
         if not isinstance(key, str):
             raise UnstorableValue(
@@ -165,12 +193,47 @@ def _encode_dict(value: dict[Any, Any], where: str, depth: int) -> dict[str, Any
     wrapped = escaped or TAG in value
     inner = _nested(where, depth + (2 if wrapped else 1))
     out = {
-        (_escape(key) if escaped else key): _encode(item, f"{where}[{key!r}]", inner)
+        (_escape(key) if escaped else key): _encode(item, f"{where}[{key!r}]", inner, allowed)
         for key, item in value.items()
     }
     if escaped:
         return {TAG: "dict", "keys": "escaped", "v": out}
     return {TAG: "dict", "v": out} if wrapped else out
+
+
+def _typed_form(value: Any, where: str) -> Any:
+    """A typed value's plain form (a dict of a dataclass's fields, a pydantic model's
+    JSON form, a set's list), which ``_encode`` then stores; None if ``value`` is none."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        # The fields its constructor takes: a rebuild passes them back to it.
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.init}
+    if _is_pydantic(value):
+        try:
+            # pydantic's own round trip: its JSON form, by alias, validated back.
+            return value.model_dump(mode="json", by_alias=True)
+        except Exception as exc:  # pydantic's PydanticSerializationError
+            raise UnstorableValue(f"cannot serialize {where}: pydantic refused it: {exc}") from exc
+    if isinstance(value, set | frozenset):
+        try:
+            return sorted(value)  # the same stored form in every process
+        except TypeError:
+            return list(value)
+    return None
+
+
+def _is_pydantic(value: Any) -> bool:
+    pydantic = sys.modules.get("pydantic")  # a value is a model only if pydantic is loaded
+    return pydantic is not None and isinstance(value, pydantic.BaseModel)
+
+
+def _typed_kind(value: Any) -> str | None:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return "a dataclass"
+    if _is_pydantic(value):
+        return "a pydantic model"
+    if isinstance(value, set | frozenset):
+        return "a set"
+    return None
 
 
 def _encode_scalar(value: Any, where: str) -> dict[str, Any]:
@@ -189,6 +252,16 @@ def _encode_scalar(value: Any, where: str) -> dict[str, Any]:
         return {TAG: "decimal", "v": str(value)}
     if isinstance(value, bytes | bytearray):
         return {TAG: "bytes", "v": base64.b64encode(bytes(value)).decode("ascii")}
+    kind = _typed_kind(value)
+    if kind is not None:
+        name = type(value).__qualname__
+        raise UnstorableValue(
+            f"cannot serialize value of type {qualified_name(type(value))} at {where}: "
+            f"{kind} is stored only where the code's annotation names its type, so that every "
+            f"replay rebuilds it as the live pass saw it: annotate it (`-> {name}` on the "
+            f"step or workflow, `{name}` on the parameter, `wait_for(..., type={name})`), "
+            f"or pass plain data; supported types: {SUPPORTED}"
+        )
     django_advice = _django_advice(value, where)
     if django_advice is not None:
         raise UnstorableValue(django_advice)
@@ -303,6 +376,20 @@ def parse_json(text: str, what: str) -> Any:
         # Python's cap on the digits of an int it converts from text (4,300 by default):
         # a plain ValueError, not a JSONDecodeError.
         raise EverystepError(f"{what} holds a number too long to read: {exc}") from None
+
+
+def stored_object(data: Any) -> dict[str, Any] | None:
+    """The keys of a stored dict, each with its value still stored; None if ``data`` is
+    not a stored dict."""
+    if not isinstance(data, dict):
+        return None
+    tag = data.get(TAG)
+    if tag is None:
+        return data
+    if tag != "dict":
+        return None
+    raw: dict[str, Any] = data["v"]
+    return {_unescape(key): item for key, item in raw.items()} if data.get("keys") else raw
 
 
 def roundtrip(value: Any, where: str = "value") -> Any:

@@ -26,7 +26,7 @@ from typing import Any
 
 from django.db import DatabaseError
 
-from everystep import registry, serde, signals, task_signals
+from everystep import registry, serde, shapes, signals, task_signals
 from everystep.engine.core.pass_state import current_frame
 from everystep.errors import EverystepError, RunCancelled
 from everystep.models import Status, Workflow
@@ -122,13 +122,18 @@ def _definition_of(name: str, task: Any) -> WorkflowDef:
             return task.func(context, *args, **kwargs)
         return task.func(*args, **kwargs)
 
+    def arguments(stored: Any) -> list[Any]:
+        args, kwargs = typed_call(task, stored)
+        return [args, kwargs]
+
+    typed = {"typed_by": task.func, "read_arguments": arguments}
     if not inspect.iscoroutinefunction(task.func):
-        return WorkflowDef(name, call, begin=begin, finished=finished)
+        return WorkflowDef(name, call, begin=begin, finished=finished, **typed)
 
     async def body(args: list[Any], kwargs: dict[str, Any]) -> Any:
         return await call(args, kwargs)
 
-    return WorkflowDef(name, body, begin=begin, finished=finished, is_async=True)
+    return WorkflowDef(name, body, begin=begin, finished=finished, is_async=True, **typed)
 
 
 def _resolve(name: str) -> WorkflowDef | None:
@@ -220,7 +225,7 @@ def _completed(begun: Any, stored: Any, at: Any) -> Any:
     ``stored`` as its result: what ``task_result`` reads back from the row then."""
     base = framework_module(begun.task, "base")
     done = dataclasses.replace(begun, status=base.TaskResultStatus.SUCCESSFUL, finished_at=at)
-    object.__setattr__(done, "_return_value", serde.decode(stored))
+    object.__setattr__(done, "_return_value", shapes.decode(stored, returns_of(begun.task)))
     return done
 
 
@@ -293,6 +298,23 @@ def stored_call(args: Any) -> tuple[list[Any], dict[str, Any]]:
     return list(split[0]), dict(split[1])
 
 
+def typed_call(task: Any, stored: Any) -> tuple[list[Any], dict[str, Any]]:
+    """A task run's ``(args, kwargs)`` from its stored arguments, rebuilt as the task
+    function's parameters are annotated (after the context, if it takes one)."""
+    split = split_call(stored)
+    if split is None:
+        raise EverystepError("the run's stored arguments are not a task's [args, kwargs]")
+    args, kwargs = shapes.decode_call(
+        task.func, split[0], split[1], f"task {task.module_path}", skip=int(task.takes_context)
+    )
+    return list(args), dict(kwargs)
+
+
+def returns_of(task: Any) -> shapes.Shape | None:
+    """How a task's result is stored and rebuilt: its function's return annotation."""
+    return shapes.returns(task.func)
+
+
 def _instant(text: Any) -> datetime | None:
     try:
         return datetime.fromisoformat(text) if isinstance(text, str) else None
@@ -346,7 +368,10 @@ def task_result(run: Workflow, task: Any) -> Any:
                 ),
             )
         )
-    args, kwargs = stored_call(run.args)
+    try:
+        args, kwargs = typed_call(task, run.args)
+    except EverystepError:  # arguments the task's types no longer fit: shown as stored
+        args, kwargs = stored_call(run.args)
     result = base.TaskResult(
         task=task,
         id=str(run.id),
@@ -362,5 +387,5 @@ def task_result(run: Workflow, task: Any) -> Any:
         worker_ids=[str(a.get("worker")) for a in attempts],
     )
     if status == base.TaskResultStatus.SUCCESSFUL:
-        object.__setattr__(result, "_return_value", serde.decode(run.result))
+        object.__setattr__(result, "_return_value", shapes.decode(run.result, returns_of(task)))
     return result

@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover - the branch taken depends on the Django
 
 from asgiref.sync import sync_to_async
 
-from everystep import registry, safe_text, serde, task_runs
+from everystep import registry, safe_text, shapes, task_runs
 from everystep.decorators import MAX_NAME_LENGTH
 from everystep.engine.asynchronous import async_ops
 from everystep.engine.asynchronous.offload import offload
@@ -156,7 +156,9 @@ class EverystepBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        stored = serde.encode([draft.args, draft.kwargs], f"arguments of task {name}")
+        stored = shapes.encode_call(
+            task.func, list(draft.args), dict(draft.kwargs), f"arguments of task {name}"
+        )
         due = (
             timezone.now()
             if task.run_after is None

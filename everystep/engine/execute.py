@@ -12,7 +12,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
-from everystep import code_version, conf, registry, serde, signals, tracing
+from everystep import code_version, conf, registry, signals, tracing
 from everystep.engine.asynchronous.offload import offload
 from everystep.engine.core.crashes import simulated_crash
 from everystep.engine.core.outcome import PassResult, abandon, end_pass, finish, hand_back
@@ -145,7 +145,7 @@ def end_begun(begun: Begun, began: float, value: Any, outcome: BaseException | N
     if not isinstance(outcome, RunInterrupted):
         # everystep.testing's "before_finish": died after the last record, before the outcome.
         outcome = simulated_crash("before_finish", "", state.workflow_name) or outcome
-    ended = end_pass(state, began, value, outcome)
+    ended = end_pass(state, began, value, outcome, begun.defn.returns)
     if begun.defn.finished is not None and ended.status in FINAL_STATUSES:
         failure = ended.exc if ended.status != Status.COMPLETED else None
         how = Ended(ended.status, ended.result, ended.at, failure, state.begun)
@@ -229,7 +229,7 @@ def replay(
     value: Any = None
     token = current_frame.set(Frame(state, Scope()))
     try:
-        value = defn.fn(*serde.decode(args))
+        value = defn.fn(*defn.arguments(args))
     except (Exception, RunInterrupted, SystemExit) as exc:
         # SystemExit too (a body's sys.exit()): the run fails, its held record written,
         # as for any exception; KeyboardInterrupt still reaches the process.

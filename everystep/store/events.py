@@ -24,7 +24,7 @@ from django.utils import timezone
 from everystep.errors import EverystepError
 from everystep.models import FINAL_STATUSES, Event, Status, Workflow
 from everystep.safe_text import storable_text
-from everystep.serde import encode
+from everystep.serde import EVERYTHING, encode
 from everystep.store import audit, database
 from everystep.store.audit import Actor
 from everystep.store.guard import guarded
@@ -73,7 +73,9 @@ def send_event(
         run_id = UUID(str(run_id))
     except ValueError:
         raise EverystepError(f"not a run id: {_shown(run_id)}") from None
-    stored = encode(payload, f"payload of event {name!r}")
+    # Typed values (a dataclass, a pydantic model) are stored as their JSON form: the
+    # waiter's ``type=`` rebuilds them (``wait_for``).
+    stored = encode(payload, f"payload of event {name!r}", EVERYTHING)
     now = timezone.now()
     # Only a run that waits, and is not due already: a repeated send (a webhook retried)
     # must not push a woken run back in the claim order.

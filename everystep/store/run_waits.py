@@ -85,10 +85,12 @@ def release(waiter: uuid.UUID) -> None:
 
 
 @guarded
-def outcomes(runs: Collection[uuid.UUID]) -> dict[uuid.UUID, tuple[str, Any, Any]]:
-    """``run id → (status, result, error)`` of the runs that exist."""
-    rows = Workflow.objects.filter(id__in=list(runs)).values_list("id", "status", "result", "error")
-    return {row[0]: (row[1], row[2], row[3]) for row in rows}
+def outcomes(runs: Collection[uuid.UUID]) -> dict[uuid.UUID, tuple[str, Any, Any, str]]:
+    """``run id → (status, result, error, name)`` of the runs that exist."""
+    rows = Workflow.objects.filter(id__in=list(runs)).values_list(
+        "id", "status", "result", "error", "name"
+    )
+    return {row[0]: (row[1], row[2], row[3], row[4]) for row in rows}
 
 
 def mark_awaited(runs: Collection[uuid.UUID]) -> None:

@@ -265,7 +265,7 @@ class Hub:
         for one in new:
             one.marked = True
         ids = sorted({run for one in current if isinstance(one, Waiter) for run in one.ids})
-        found: dict[UUID, tuple[str, Any, Any]] = {}
+        found: dict[UUID, tuple[str, Any, Any, str]] = {}
         for start in range(0, len(ids), _CHUNK):
             found.update(run_waits.outcomes(ids[start : start + _CHUNK]))
         watchers = [one for one in current if isinstance(one, Watcher)]
@@ -275,7 +275,7 @@ class Hub:
         stored = published.snapshots(runs, decode=False) if runs else {}
         return _Read(ids, found, states, moved, stored)
 
-    def _hand_outcomes(self, waiter: Waiter, found: dict[UUID, tuple[str, Any, Any]]) -> None:
+    def _hand_outcomes(self, waiter: Waiter, found: dict[UUID, tuple[str, Any, Any, str]]) -> None:
         try:
             ended = results.ended_outcomes(found, waiter.ids, waiter.what)
         except EverystepError as exc:
@@ -326,7 +326,7 @@ class _Read:
     values."""
 
     ids: list[UUID]
-    found: dict[UUID, tuple[str, Any, Any]]
+    found: dict[UUID, tuple[str, Any, Any, str]]
     states: dict[UUID, Any]
     moved: list[Watcher]
     stored: dict[UUID, dict[str, Any]]

@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "everystep.tracing",
             "everystep.safe_text",
             "everystep.serde",
+            "everystep.shapes",
             "everystep.stored_errors",
             "everystep.stored_types",
             "everystep.failure_detail",

@@ -30,7 +30,6 @@ import contextvars
 from collections.abc import Coroutine
 from typing import Any
 
-from everystep import serde
 from everystep.engine.asynchronous.async_ops import handed_over
 from everystep.engine.asynchronous.asyncio_internals import reports_by_completion
 from everystep.engine.core.pass_state import Frame, RunState, Scope, current_frame
@@ -103,7 +102,7 @@ async def areplay(
     value: Any = None
     token = current_frame.set(Frame(state, Scope()))
     try:
-        body: Coroutine[Any, Any, Any] = defn.fn(*serde.decode(args))
+        body: Coroutine[Any, Any, Any] = defn.fn(*defn.arguments(args))
         value = await body
     except (Exception, RunInterrupted, SystemExit) as exc:
         # SystemExit too (a body's sys.exit()): the run fails, its held record written,

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from everystep import shapes
 from everystep.engine.asynchronous.asyncio_internals import argument_of, made_by
 from everystep.engine.asynchronous.offload import offload
 from everystep.engine.core.pass_state import Frame
@@ -120,13 +121,16 @@ def asleep_until(when: datetime) -> Coroutine[Any, Any, None]:
     return issue(lambda: _suspending(frame, waits.slept, op, lambda now: instant), op)
 
 
-def await_for(name: str, timeout: timedelta | float | None = None) -> Coroutine[Any, Any, Any]:
+def await_for(
+    name: str, timeout: timedelta | float | None = None, type: Any = None
+) -> Coroutine[Any, Any, Any]:
     """``wait_for()`` for an async body."""
     waits.check_event_name(name)
     limit = None if timeout is None else waits.as_delay(timeout, "await_for() timeout")
     frame = durable_async_frame("await_for()", "wait_for()")
     op = reach(frame, waits.WAIT)
-    return issue(lambda: _suspending(frame, waits.waited_for, op, name, limit), op)
+    shape = shapes.of(type)
+    return issue(lambda: _suspending(frame, waits.waited_for, op, name, limit, shape), op)
 
 
 # -- children and runs -------------------------------------------------------------------

@@ -72,7 +72,10 @@ def _check_call(
     if recorded is None or recorded.call is None:
         return
     try:
-        now = [serde.encode(list(args)), serde.encode(kwargs)]
+        now = [
+            serde.encode(list(args), allowed=serde.EVERYTHING),
+            serde.encode(kwargs, allowed=serde.EVERYTHING),
+        ]
     except EverystepError:
         return  # the arguments cannot be stored: the record was not made by this call
     if _same(now, recorded.call):

@@ -28,7 +28,6 @@ from everystep import (
     failure_detail,
     registry,
     safe_text,
-    serde,
     signals,
     stored_errors,
 )
@@ -47,6 +46,7 @@ from everystep.errors import (
     WorkflowCodeError,
 )
 from everystep.models import FINAL_STATUSES, Status
+from everystep.shapes import Shape, encode
 from everystep.store.outcome import finish_run, requeue_run, suspend_run
 from everystep.values import Claim, Ended
 
@@ -63,15 +63,20 @@ class PassResult:
 
 
 def end_pass(
-    state: RunState, began: float, value: Any, outcome: BaseException | None
+    state: RunState,
+    began: float,
+    value: Any,
+    outcome: BaseException | None,
+    returns: Shape | None = None,
 ) -> PassResult:
     """End the pass over ``state`` whose body returned ``value`` (``outcome`` None) or
-    raised ``outcome``. A database that cannot be reached is raised: the run is still
+    raised ``outcome``; ``returns``: the shape of its result (the body's return
+    annotation). A database that cannot be reached is raised: the run is still
     claimed, and the pass runs again."""
     claim, workflow = state.claim, state.workflow_name
     if outcome is None:
         try:
-            result = serde.encode(value, f"result of workflow {workflow}")
+            result = encode(value, f"result of workflow {workflow}", returns)
         except EverystepError as exc:
             outcome = exc
         else:

@@ -27,8 +27,9 @@ from everystep.engine.core import crashes, kinds, replay
 from everystep.engine.core.crashes import maybe_crash
 from everystep.engine.core.pass_state import Frame, Held, RunState, current_frame
 from everystep.engine.core.replay import Decision
-from everystep.errors import ReachedNewWork, Terminal, WorkflowCodeError
+from everystep.errors import IncompatibleValue, ReachedNewWork, Terminal, WorkflowCodeError
 from everystep.models import StepStatus
+from everystep.shapes import Shape
 from everystep.store import database
 from everystep.store.step_records import Child, conclude_started, record_step, step_values
 from everystep.values import RecordedStep
@@ -89,13 +90,21 @@ def reach(
     return Operation(frame, step_id, name, recorded, decision)
 
 
-def served(op: Operation) -> Any:
-    """What a recorded outcome gives the body on replay: its result, or its exception
-    raised (a ``Terminal`` one ends the run whatever the body catches)."""
+def served(op: Operation, shape: Shape | None = None) -> Any:
+    """What a recorded outcome gives the body on replay: its result (rebuilt as
+    ``shape``, the type the code annotates it with, says), or its exception raised (a
+    ``Terminal`` one ends the run whatever the body catches). A result the type cannot
+    rebuild any more ends the run as a code change does."""
     recorded = op.recorded
     assert recorded is not None
     if op.decision is Decision.SERVE_RESULT:
-        return serde.decode(recorded.result)
+        if shape is None:
+            return serde.decode(recorded.result)
+        try:
+            return shape.rebuild(recorded.result, f"the result recorded at {op.step_id}")
+        except IncompatibleValue as changed:
+            changed.step_id = op.step_id
+            raise op.run.abort(changed) from None
     assert op.decision is Decision.RAISE_ERROR and recorded.error is not None
     exc = stored_errors.decode_error(recorded.error)
     if isinstance(exc, Terminal):

@@ -68,7 +68,9 @@ def publish(key: str, value: Any) -> None:
         raise EverystepError(
             f"publish() key {key[:40]!r}… is {len(key)} characters; the limit is {MAX_KEY_LENGTH}"
         )
-    stored = serde.encode(value, f"the value published under {key!r}")
+    # Typed values (a dataclass, a pydantic model) are published as their JSON form,
+    # which is what the readers (a page, a stream) show.
+    stored = serde.encode(value, f"the value published under {key!r}", serde.EVERYTHING)
     text = json.dumps(stored, separators=(",", ":"), ensure_ascii=False)
     size = len(text.encode())
     if size > MAX_VALUE_BYTES:

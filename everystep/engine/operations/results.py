@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from everystep import serde, stored_errors
+from everystep import registry, serde, shapes, stored_errors
 from everystep.engine.core import kinds
 from everystep.engine.core.pass_state import Frame
 from everystep.engine.core.recorded import Operation, reach
@@ -86,7 +86,11 @@ def value(outcome: dict[str, Any]) -> Any:
     status, error = outcome["status"], outcome.get("error") or {}
     if status == Status.COMPLETED:
         try:
-            return serde.decode(outcome.get("result"))
+            return shapes.decode(
+                outcome.get("result"),
+                _returns(outcome.get("name")),
+                f"the result of run {outcome['run']}",
+            )
         except EverystepError:
             raise
         except Exception as exc:  # a value stored before a deploy renamed its type, say
@@ -98,6 +102,16 @@ def value(outcome: dict[str, Any]) -> Any:
     if status == Status.CANCELLED:
         raise RunCancelled(f"run {outcome['run']} was cancelled: {error.get('message', '')}")
     raise stored_errors.decode_error(error)
+
+
+def _returns(name: Any) -> shapes.Shape | None:
+    """The shape of the result of runs named ``name``: their workflow's (or task's)
+    return annotation, in this process's code. An outcome recorded before outcomes
+    carried the name is read untyped."""
+    if not isinstance(name, str):
+        return None
+    defn = registry.definition(name)
+    return None if defn is None else defn.returns
 
 
 def _payload(error: dict[str, Any]) -> Any:
@@ -123,7 +137,7 @@ def outcomes(ids: list[uuid.UUID], what: str) -> list[dict[str, Any]] | None:
 
 
 def ended_outcomes(
-    found: dict[uuid.UUID, tuple[str, Any, Any]], ids: list[uuid.UUID], what: str
+    found: dict[uuid.UUID, tuple[str, Any, Any, str]], ids: list[uuid.UUID], what: str
 ) -> list[dict[str, Any]] | None:
     """The outcomes of ``ids`` in order if all have ended, else None, from what
     ``run_waits.outcomes`` read; an id it did not find is an ``EverystepError``."""
@@ -133,7 +147,13 @@ def ended_outcomes(
     if any(found[run][0] not in FINAL_STATUSES for run in ids):
         return None
     return [
-        {"run": str(run), "status": found[run][0], "result": found[run][1], "error": found[run][2]}
+        {
+            "run": str(run),
+            "status": found[run][0],
+            "result": found[run][1],
+            "error": found[run][2],
+            "name": found[run][3],  # whose return annotation types the result
+        }
         for run in ids
     ]
 

@@ -15,7 +15,7 @@ from typing import Any
 from django.db import connections
 from django.utils import timezone
 
-from everystep import conf, failure_detail, serde, stored_errors, tracing
+from everystep import conf, failure_detail, serde, shapes, stored_errors, tracing
 from everystep.engine.core.crashes import maybe_crash
 from everystep.engine.core.pass_state import Frame, RunState, current_frame
 from everystep.engine.core.recorded import Operation, flush, record, served, writing
@@ -44,7 +44,7 @@ def served_step(op: Operation, defn: StepDef) -> Any:
                 op.step_id,
             )
         )
-    return served(op)
+    return served(op, defn.returns)
 
 
 def execute_step(
@@ -77,8 +77,10 @@ def begin_step(
     values = {
         "step_id": step_id,
         "name": defn.name,
-        "args": serde.encode(list(args), f"arguments of step {step_id}"),
-        "kwargs": serde.encode(kwargs, f"keyword arguments of step {step_id}"),
+        # Kept for show and compared on replay, never rebuilt: typed values are stored
+        # whatever the parameters' annotations say.
+        "args": serde.encode(list(args), f"arguments of step {step_id}", serde.EVERYTHING),
+        "kwargs": serde.encode(kwargs, f"keyword arguments of step {step_id}", serde.EVERYTHING),
         "started_at": timezone.now(),
     }
     if defn.unsafe_to_repeat:
@@ -150,14 +152,20 @@ def value_outcome(
     serves it), or (the error, None) if it cannot be stored."""
     step_id = values["step_id"]
     maybe_crash(step_id, defn.name)
+    where = f"result of step {step_id} ({defn.name})"
+    returns = defn.returns
     try:
-        result = serde.encode(value, f"result of step {step_id} ({defn.name})")
+        result = shapes.encode(value, where, returns)
+        # What a replay will serve: rebuilt from the stored form, before it is recorded
+        # (a type that cannot rebuild its own stored form fails the step here, not on
+        # every replay after).
+        live = shapes.decode(result, returns, where)
     except EverystepError as exc:
         error = stored_errors.encode_error(exc)
         _record(run, values, "failed", began, error=error, after=defn.unsafe_to_repeat)
         return exc, None
     _record(run, values, "done", began, result=result, after=defn.unsafe_to_repeat)
-    return None, serde.decode(result)
+    return None, live
 
 
 def step_span(run: RunState, step_id: str, name: str) -> Any:

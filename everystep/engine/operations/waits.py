@@ -27,7 +27,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from everystep import serde, signals, stored_errors
+from everystep import serde, shapes, signals, stored_errors
 from everystep.engine.core import kinds
 from everystep.engine.core.pass_state import Frame, RunState, current_frame
 from everystep.engine.core.recorded import (
@@ -40,7 +40,7 @@ from everystep.engine.core.recorded import (
     served,
 )
 from everystep.engine.core.replay import Decision
-from everystep.errors import EverystepError, Suspended, WaitTimeout
+from everystep.errors import EverystepError, IncompatibleValue, Suspended, WaitTimeout
 from everystep.models import StepStatus
 from everystep.store.events import check_event_name, event_payload
 from everystep.times import project_time
@@ -82,16 +82,21 @@ def sleep_until(when: datetime) -> None:
     _sleep(lambda now: instant, "sleep_until()")
 
 
-def wait_for(name: str, timeout: timedelta | float | None = None) -> Any:
+def wait_for(name: str, timeout: timedelta | float | None = None, type: Any = None) -> Any:
     """Wait durably for the event ``name`` sent to this run with ``everystep.send``; return
-    its payload, or raise ``WaitTimeout`` once ``timeout`` has passed without it."""
+    its payload (rebuilt as ``type``, an annotation, says), or raise ``WaitTimeout`` once
+    ``timeout`` has passed without it."""
     check_event_name(name)
     limit = None if timeout is None else as_delay(timeout, "wait_for() timeout")
-    return waited_for(reach(durable_frame("wait_for()", "await_for()"), WAIT), name, limit)
+    op = reach(durable_frame("wait_for()", "await_for()"), WAIT)
+    return waited_for(op, name, limit, shapes.of(type))
 
 
-def waited_for(op: Operation, name: str, limit: timedelta | None) -> Any:
-    """The wait for the event ``name`` reached as ``op`` (``wait_for``, ``await_for``)."""
+def waited_for(
+    op: Operation, name: str, limit: timedelta | None, shape: shapes.Shape | None = None
+) -> Any:
+    """The wait for the event ``name`` reached as ``op`` (``wait_for``, ``await_for``);
+    its payload rebuilt as ``shape`` says. A payload that does not fit fails the run."""
     awaited = Awaited(
         args=[name],
         holds={"event": name},
@@ -100,7 +105,14 @@ def waited_for(op: Operation, name: str, limit: timedelta | None) -> Any:
         timed_out=f"no event {name!r} was sent to run {op.run.run_id} before the timeout",
         events=frozenset({name}),
     )
-    return serde.decode(durable(op, awaited, limit))
+    payload = durable(op, awaited, limit)
+    if shape is None:
+        return serde.decode(payload)
+    try:
+        return shape.rebuild(payload, f"the payload of event {name!r}")
+    except IncompatibleValue as exc:
+        exc.step_id = op.step_id
+        raise op.run.abort(exc) from None
 
 
 @dataclass(frozen=True)
