@@ -368,10 +368,9 @@ def task_result(run: Workflow, task: Any) -> Any:
                 ),
             )
         )
-    try:
-        args, kwargs = typed_call(task, run.args)
-    except EverystepError:  # arguments the task's types no longer fit: shown as stored
-        args, kwargs = stored_call(run.args)
+    # As enqueued: JSON, as Django requires of a TaskResult's (the task's function gets
+    # them typed by its annotations).
+    args, kwargs = stored_call(run.args)
     result = base.TaskResult(
         task=task,
         id=str(run.id),

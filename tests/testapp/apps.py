@@ -15,6 +15,7 @@ class TestappConfig(AppConfig):
             chaos,  # noqa: F401  (registers the chaos workflows)
             composition,  # noqa: F401  (child runs, result and gather)
             progress_workflows,  # noqa: F401  (publish, for a worker subprocess)
+            typed_values,  # noqa: F401  (typed values through steps, runs and tasks)
             versioned,  # noqa: F401  (workflows in several versions)
         )
 
