@@ -4,7 +4,7 @@ the fencing rule, and the ``QuerySet`` whose methods are the transitions."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import models
 from django.db.models import DateTimeField, Value
@@ -99,9 +99,36 @@ class WorkflowQuerySet(models.QuerySet["Workflow"]):
 
 WorkflowManager = OwnDatabaseManager.from_queryset(WorkflowQuerySet)
 
+if TYPE_CHECKING:
+    from typing import Generic
 
-class Workflow(EverystepModel):
-    """One run of a workflow."""
+    from typing_extensions import TypeVar
+
+    # What a run's workflow returns: ``schedule(wf)`` is a ``Workflow[<what wf returns>]``
+    # and ``result()`` of it that type. A bare ``Workflow`` is ``Workflow[Any]``, and a
+    # run returning ``int`` is a run returning ``object`` (covariant).
+    ResultT = TypeVar("ResultT", covariant=True, default=Any)
+
+    class ResultTyped(Generic[ResultT]):
+        """``Workflow``'s type parameter."""
+
+else:
+    from typing import TypeVar
+
+    ResultT = TypeVar("ResultT", covariant=True)
+
+    class ResultTyped:
+        """``Workflow[int]`` is ``Workflow`` at run time, as ``QuerySet[...]`` is Django's
+        ``QuerySet``: with ``typing.Generic`` among a model's bases, rendering the
+        migration state of the models (``ProjectState.from_apps(apps).apps``, which
+        builds each model class again from its bases) fails on a plain ``Generic``."""
+
+        def __class_getitem__(cls, item: Any) -> type:
+            return cls
+
+
+class Workflow(EverystepModel, ResultTyped[ResultT]):
+    """One run of a workflow: for type checkers ``Workflow[R]``, ``R`` what it returns."""
 
     objects = WorkflowManager()  # type: ignore[misc]  # a narrower manager, as Django allows
 
