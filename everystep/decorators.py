@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar, overload
+from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 from everystep import registry, safe_text, serde, stored_types
 from everystep.errors import EverystepError
@@ -18,7 +18,9 @@ from everystep.registry import StepDef, WorkflowDef
 from everystep.task_framework import framework_of
 
 F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
 R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
 
 
 @overload
@@ -66,14 +68,25 @@ def _stored_name(name: str, kind: str) -> str:
     return name
 
 
-# A step call also accepts ``everystep_id=``, which no parameter list can express, so the
-# decorated function is typed by its return value only.
+class StepFunction(Protocol[P, R_co]):
+    """A ``@step`` function as a type checker sees it: called with the function's own
+    parameters, it returns what the function returns. A call with ``everystep_id=`` has
+    its arguments unchecked (its return type is still the function's): PEP 612 allows no
+    keyword between ``*args: P.args`` and ``**kwargs: P.kwargs``, so no one signature
+    holds both."""
+
+    @overload
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
+    @overload
+    def __call__(self, *args: Any, everystep_id: str | None, **kwargs: Any) -> R_co: ...
+
+
 @overload
-def step(fn: Callable[..., R], /) -> Callable[..., R]: ...
+def step(fn: Callable[P, R], /) -> StepFunction[P, R]: ...
 @overload
 def step(
     *, unsafe_to_repeat: bool = False, atomic: bool = False
-) -> Callable[[Callable[..., R]], Callable[..., R]]: ...
+) -> Callable[[Callable[P, R]], StepFunction[P, R]]: ...
 
 
 def step(fn: Any = None, /, *, unsafe_to_repeat: bool = False, atomic: bool = False) -> Any:
