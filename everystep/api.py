@@ -38,8 +38,10 @@ from everystep.scheduling import start as start
 if TYPE_CHECKING:
     from everystep.engine.operations.parallel import Branch
     from everystep.models import Workflow
+    from everystep.scheduling import TaskRun
 
 T = TypeVar("T")  # a payload's type (``wait_for(..., type=T)``)
+R = TypeVar("R")  # what a run returns (``result(run)``)
 
 
 def parallel(*branches: Branch, everystep_id: str | None = None) -> tuple[Any, ...]:
@@ -53,7 +55,16 @@ def parallel(*branches: Branch, everystep_id: str | None = None) -> tuple[Any, .
     return run_parallel(*branches, everystep_id=everystep_id)
 
 
-def result(run: Workflow | UUID | str, timeout: timedelta | float | None = None) -> Any:
+@overload
+def result(run: Workflow[R], timeout: timedelta | float | None = None) -> R: ...
+@overload
+def result(run: TaskRun[R], timeout: timedelta | float | None = None) -> R: ...
+@overload
+def result(run: UUID | str, timeout: timedelta | float | None = None) -> Any: ...
+
+
+# ``run: Any``: the overloads above say what it takes (a run id's result is ``Any``).
+def result(run: Any, timeout: timedelta | float | None = None) -> Any:
     """Wait until ``run`` (a ``Workflow`` or a run id) has ended and return its result.
     A failed run's exception is raised (rebuilt as on replay), a stopped run raises
     ``RunStopped``, a cancelled one ``RunCancelled``; a blocked run is waited through;
@@ -64,15 +75,35 @@ def result(run: Workflow | UUID | str, timeout: timedelta | float | None = None)
     return blocking.result(run, timeout)
 
 
+@overload
+def gather(runs: Sequence[Workflow[R]], timeout: timedelta | float | None = None) -> list[R]: ...
+@overload
+def gather(runs: Sequence[TaskRun[R]], timeout: timedelta | float | None = None) -> list[R]: ...
+@overload
+def gather(runs: Sequence[UUID | str], timeout: timedelta | float | None = None) -> list[Any]: ...
+@overload
 def gather(
-    runs: Sequence[Workflow | UUID | str], timeout: timedelta | float | None = None
-) -> list[Any]:
+    runs: Sequence[Workflow | TaskRun[Any] | UUID | str], timeout: timedelta | float | None = None
+) -> list[object]: ...
+
+
+def gather(runs: Sequence[Any], timeout: timedelta | float | None = None) -> list[Any]:
     """The results of ``runs``, in order, once the last has ended: inside a body one
     durable wait, resumed once. Failures as ``parallel()`` raises them: one is raised,
     several become an ``ExceptionGroup``."""
     from everystep.waiting import blocking
 
     return blocking.gather(runs, timeout)
+
+
+@overload
+def fork(
+    run: Workflow[R], from_step: str | None = None, args: Sequence[Any] | None = None
+) -> Workflow[R]: ...
+@overload
+def fork(
+    run: UUID | str, from_step: str | None = None, args: Sequence[Any] | None = None
+) -> Workflow: ...
 
 
 def fork(

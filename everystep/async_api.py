@@ -17,9 +17,9 @@ it is awaited, so concurrent awaits get the same ids on every pass
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Never, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Never, TypeVar, TypeVarTuple, overload
 from uuid import UUID
 
 from asgiref.sync import markcoroutinefunction, sync_to_async
@@ -28,14 +28,36 @@ from everystep.decorators import is_django_task
 
 if TYPE_CHECKING:
     from everystep.models import Workflow
+    from everystep.scheduling import DjangoTask, TaskRun
 
 T = TypeVar("T")  # a payload's type (``await_for(..., type=T)``)
+# As in ``everystep.scheduling``: a workflow's argument types, and what it returns.
+Ts = TypeVarTuple("Ts")
+R = TypeVar("R")
+
+
+@overload
+def aschedule(
+    workflow_fn: Callable[[*Ts], Coroutine[Any, Any, R]],
+    *args: *Ts,
+    at: datetime | None = None,
+    delay: timedelta | float | None = None,
+    idempotency_key: str | None = None,
+) -> Awaitable[Workflow[R]]: ...
+@overload
+def aschedule(
+    workflow_fn: Callable[[*Ts], R],
+    *args: *Ts,
+    at: datetime | None = None,
+    delay: timedelta | float | None = None,
+    idempotency_key: str | None = None,
+) -> Awaitable[Workflow[R]]: ...
 
 
 @markcoroutinefunction
 def aschedule(
-    workflow_fn: Callable[..., Any],
-    *args: Any,
+    workflow_fn: Callable[[*Ts], Any],
+    *args: *Ts,
     at: datetime | None = None,
     delay: timedelta | float | None = None,
     idempotency_key: str | None = None,
@@ -75,8 +97,16 @@ async def acancel(run: Workflow | UUID | str, reason: str | None = None) -> Work
     return await sync_to_async(cancel, thread_sensitive=True)(run, reason)
 
 
+@overload
+def aresult(run: Workflow[R], timeout: timedelta | float | None = None) -> Awaitable[R]: ...
+@overload
+def aresult(run: TaskRun[R], timeout: timedelta | float | None = None) -> Awaitable[R]: ...
+@overload
+def aresult(run: UUID | str, timeout: timedelta | float | None = None) -> Awaitable[Any]: ...
+
+
 @markcoroutinefunction
-def aresult(run: Workflow | UUID | str, timeout: timedelta | float | None = None) -> Awaitable[Any]:
+def aresult(run: Any, timeout: timedelta | float | None = None) -> Awaitable[Any]:
     """Await ``run``'s result once it has ended, as ``result()`` returns it. Outside a
     body the wait holds no thread and shares the process's wake-up; inside an async body
     it is durable."""
@@ -85,10 +115,26 @@ def aresult(run: Workflow | UUID | str, timeout: timedelta | float | None = None
     return waiters.aresult(run, timeout)
 
 
-@markcoroutinefunction
+@overload
 def agather(
-    runs: Sequence[Workflow | UUID | str], timeout: timedelta | float | None = None
-) -> Awaitable[list[Any]]:
+    runs: Sequence[Workflow[R]], timeout: timedelta | float | None = None
+) -> Awaitable[list[R]]: ...
+@overload
+def agather(
+    runs: Sequence[TaskRun[R]], timeout: timedelta | float | None = None
+) -> Awaitable[list[R]]: ...
+@overload
+def agather(
+    runs: Sequence[UUID | str], timeout: timedelta | float | None = None
+) -> Awaitable[list[Any]]: ...
+@overload
+def agather(
+    runs: Sequence[Workflow | TaskRun[Any] | UUID | str], timeout: timedelta | float | None = None
+) -> Awaitable[list[object]]: ...
+
+
+@markcoroutinefunction
+def agather(runs: Sequence[Any], timeout: timedelta | float | None = None) -> Awaitable[list[Any]]:
     """Await the results of ``runs`` in order, as ``gather()`` returns them."""
     from everystep.waiting import waiters
 
@@ -135,10 +181,34 @@ def await_for(
     return async_ops.await_for(name, timeout, type)
 
 
+@overload
+def astart(
+    workflow_fn: DjangoTask[R],
+    *args: Any,
+    idempotency_key: str | None = None,
+    everystep_id: str | None = None,
+    **task_kwargs: Any,
+) -> Awaitable[R]: ...
+@overload
+def astart(
+    workflow_fn: Callable[[*Ts], Coroutine[Any, Any, R]],
+    *args: *Ts,
+    idempotency_key: str | None = None,
+    everystep_id: str | None = None,
+) -> Awaitable[Workflow[R]]: ...
+@overload
+def astart(
+    workflow_fn: Callable[[*Ts], R],
+    *args: *Ts,
+    idempotency_key: str | None = None,
+    everystep_id: str | None = None,
+) -> Awaitable[Workflow[R]]: ...
+
+
 @markcoroutinefunction
 def astart(
-    workflow_fn: Callable[..., Any],
-    *args: Any,
+    workflow_fn: Any,
+    *args: *Ts,
     idempotency_key: str | None = None,
     everystep_id: str | None = None,
     **keywords: Any,

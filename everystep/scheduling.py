@@ -11,9 +11,9 @@ from __future__ import annotations
 import functools
 import inspect
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Never
+from typing import TYPE_CHECKING, Any, Never, Protocol, TypeVar, TypeVarTuple, overload
 
 from everystep import registry, safe_text, shapes
 from everystep.decorators import is_django_task, task_name
@@ -26,9 +26,55 @@ if TYPE_CHECKING:
     from everystep.models import Workflow
 
 
+# A workflow's argument types and its return type, for type checkers: ``schedule(wf,
+# *args)`` checks ``args`` against ``wf``'s parameters and is a ``Workflow[<what wf
+# returns>]`` (an ``async def`` workflow's: what its coroutine returns). A TypeVarTuple,
+# not a ParamSpec: PEP 612 allows no keyword (``at=``, ``idempotency_key=``) between
+# ``*args: P.args`` and ``**kwargs: P.kwargs``, and a run's arguments are positional.
+Ts = TypeVarTuple("Ts")
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+
+class DjangoTask(Protocol[R_co]):
+    """A Django ``@task`` (``django.tasks``, or its backport) as ``start()`` takes one,
+    for type checkers: ``start()`` returns what its ``enqueue()`` returns."""
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> R_co: ...
+
+    def get_backend(self) -> Any: ...
+
+
+class TaskRun(Protocol[R_co]):
+    """A task's ``TaskResult`` as ``result()`` takes one, for type checkers: the value is
+    what the task returns (``return_value`` is ``T | None`` in the backport)."""
+
+    @property
+    def return_value(self) -> R_co | None: ...
+
+
+@overload
 def schedule(
-    workflow_fn: Callable[..., Any],
-    *args: Any,
+    workflow_fn: Callable[[*Ts], Coroutine[Any, Any, R]],
+    *args: *Ts,
+    at: datetime | None = None,
+    delay: timedelta | float | None = None,
+    idempotency_key: str | None = None,
+) -> Workflow[R]: ...
+@overload
+def schedule(
+    workflow_fn: Callable[[*Ts], R],
+    *args: *Ts,
+    at: datetime | None = None,
+    delay: timedelta | float | None = None,
+    idempotency_key: str | None = None,
+) -> Workflow[R]: ...
+
+
+# ``*args: *Ts`` here as in the overloads: mypy finds ``*args: Any`` does not accept them.
+def schedule(
+    workflow_fn: Callable[[*Ts], Any],
+    *args: *Ts,
     at: datetime | None = None,
     delay: timedelta | float | None = None,
     idempotency_key: str | None = None,
@@ -85,9 +131,33 @@ def _body_frame(what: str, twin: str) -> Frame | None:
     return frame
 
 
+@overload
 def start(
-    workflow_fn: Callable[..., Any],
+    workflow_fn: DjangoTask[R],
     *args: Any,
+    idempotency_key: str | None = None,
+    everystep_id: str | None = None,
+    **task_kwargs: Any,
+) -> R: ...
+@overload
+def start(
+    workflow_fn: Callable[[*Ts], Coroutine[Any, Any, R]],
+    *args: *Ts,
+    idempotency_key: str | None = None,
+    everystep_id: str | None = None,
+) -> Workflow[R]: ...
+@overload
+def start(
+    workflow_fn: Callable[[*Ts], R],
+    *args: *Ts,
+    idempotency_key: str | None = None,
+    everystep_id: str | None = None,
+) -> Workflow[R]: ...
+
+
+def start(
+    workflow_fn: Any,
+    *args: *Ts,
     idempotency_key: str | None = None,
     everystep_id: str | None = None,
     **keywords: Any,
