@@ -7,6 +7,7 @@ killed mid-run: tests/acceptance/test_typed_values_worker.py."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import enum
 import json
 from decimal import Decimal
@@ -238,3 +239,17 @@ def test_a_replay_of_a_record_the_new_type_cannot_rebuild_fails_and_is_reported(
 
 def drifting_name() -> str:
     return f"{drifting.__module__}.{drifting.__qualname__}"
+
+
+def test_an_async_body_gets_the_same_types_live_and_after_a_crash():
+    order = tv.Order("a1", tv.Money(Decimal(1)), tv.Priority.LOW, dt.date(2026, 12, 7))
+    run = everystep.schedule(tv.atyped_order, "a1", order)
+    everystep.send(run.id, "paid", tv.Card("card", "0001"))
+    with crash_at("before_body", tv.atotal) as crash:
+        run_due(max_passes=1)
+    assert crash.fired
+    run_due()
+    assert Workflow.objects.get(id=run.id).status == Status.COMPLETED
+    assert types_seen(run) == ["Order|list[LineItem]|Card"] * 2
+    assert everystep.result(run) == tv.Money(Decimal("3.00"))
+    assert executions("a1") == 1

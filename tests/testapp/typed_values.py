@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Literal, NamedTuple, TypedDict
 
 import pydantic
+from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from everystep import parallel, publish, result, start, step, wait_for, workflow
@@ -187,3 +188,26 @@ def typed_task(lines: list[LineItem], priority: Priority, *, extra: Money | None
     assert all(isinstance(line, LineItem) for line in lines) and isinstance(priority, Priority)
     total = sum((line.price * line.quantity for line in lines), Decimal(0))
     return Money(total + (extra.amount if extra else Decimal(0)))
+
+
+@step
+async def afetch_lines(ref: str) -> list[LineItem]:
+    await sync_to_async(executed)(f"{ref}:afetch_lines")
+    return [LineItem(sku="C-3", quantity=3, price=Decimal("1.00"))]
+
+
+@step
+async def atotal(lines: list[LineItem], paid: Card | Transfer) -> Money:
+    await sync_to_async(executed)("atotal")
+    return Money(sum((line.price * line.quantity for line in lines), Decimal(0)))
+
+
+@workflow
+async def atyped_order(ref: str, order: Order) -> Money:
+    """The async twin: typed arguments, step results and event payload."""
+    from everystep import await_for
+
+    lines = await afetch_lines(ref)
+    paid = await await_for("paid", type=Card | Transfer)
+    await sync_to_async(seen)(order, lines, paid)
+    return await atotal(lines, paid)
