@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from everystep import registry, serde
+from everystep import registry, serde, shapes
 from everystep.errors import EverystepError, ReachedNewWork, RunInterrupted, Terminal
 from everystep.models import FINAL_STATUSES, Status, StepStatus, Workflow, uuid7
 from everystep.replays.check import check_pass, failure_of
@@ -162,7 +162,12 @@ def _stored_args(original: Workflow, args: Sequence[Any]) -> Any:
             f"run {original.id} is a task's run: its arguments are [args, kwargs] (a list "
             "and an object), as Django's TaskResult keeps them"
         )
-    return serde.encode(list(args), f"arguments of workflow {original.name}")
+    # Typed values where the installed workflow's parameters name them (a worker
+    # rebuilds them from those annotations).
+    defn = registry.lookup(original.name)
+    if defn is None:
+        return serde.encode(list(args), f"arguments of workflow {original.name}")
+    return shapes.encode_arguments(defn.fn, list(args), f"arguments of workflow {original.name}")
 
 
 def plan_fork(
