@@ -10,6 +10,7 @@ import dataclasses
 import datetime as dt
 import enum
 import json
+import sys
 from decimal import Decimal
 from io import StringIO
 from typing import Any
@@ -253,3 +254,60 @@ def test_an_async_body_gets_the_same_types_live_and_after_a_crash():
     assert types_seen(run) == ["Order|list[LineItem]|Card"] * 2
     assert everystep.result(run) == tv.Money(Decimal("3.00"))
     assert executions("a1") == 1
+
+
+@everystep.step
+def typed_priority() -> tv.Priority:
+    raise AssertionError("a replay serves the record")
+
+
+@everystep.step
+def typed_total() -> tv.Money:
+    raise AssertionError("a replay serves the record")
+
+
+@everystep.workflow
+def reads_planted() -> str:
+    priority = typed_priority(everystep_id="priority")
+    return f"{priority.name}:{typed_total(everystep_id='total').amount}"
+
+
+def planted(run: Workflow, step_id: str, fn: Any, result: Any) -> None:
+    Step.objects.create(
+        workflow_id=run.id,
+        step_id=step_id,
+        name=fn.__everystep_step__.name,
+        args=[],
+        kwargs={},
+        status="done",
+        result=result,
+        started_at=run.created_at,
+        finished_at=run.created_at,
+    )
+
+
+def test_planted_rows_naming_classes_import_nothing_and_end_clearly():
+    """A record of an annotated step whose row names a class of a module with an import
+    side effect: the Enum member comes from the annotated class by its stored name; a
+    hand-written tag where a dataclass is annotated fails the run naming the type. The
+    module is never imported."""
+    marker = "tests.testapp.import_marker"
+    assert marker not in sys.modules
+    tag = {"__es__": "enum", "cls": f"{marker}.Tint", "name": "HIGH"}
+    run = everystep.schedule(reads_planted)
+    planted(run, "priority", typed_priority, tag)
+    planted(run, "total", typed_total, {"__es__": "pydantic", "cls": f"{marker}.Planted"})
+    run_due()
+    row = Workflow.objects.get(id=run.id)
+    assert row.status == Status.FAILED
+    assert row.error["type"] == "everystep.errors.IncompatibleValue"
+    assert "the result recorded at total" in row.error["message"]
+    assert "Money stored as 'pydantic', not an object" in row.error["message"]
+    assert marker not in sys.modules, "nothing imported for a row"
+    # With a stored Money beside the same tag: the member comes from the annotation.
+    other = everystep.schedule(reads_planted)
+    planted(other, "priority", typed_priority, tag)
+    planted(other, "total", typed_total, serde.encode(tv.Money(Decimal(4)), "v", {tv.Money}))
+    run_due()
+    assert everystep.result(other) == "HIGH:4"
+    assert marker not in sys.modules
