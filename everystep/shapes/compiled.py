@@ -79,6 +79,7 @@ class _Compiler:
         self.allowed: set[type] = set()
         self._classes: dict[type, Convert | None] = {}
         self._compiling: set[type] = set()
+        self._in_class = 0  # compiling the fields of a dataclass or NamedTuple
 
     def convert(self, hint: Any) -> Convert | None:
         if hint is Any or hint is object or hint is None or hint is NONE_TYPE:
@@ -105,10 +106,8 @@ class _Compiler:
     def _generic(self, origin: Any, args: tuple[Any, ...]) -> Convert | None:
         if origin is tuple:
             if len(args) == 2 and args[1] is Ellipsis:
-                return converters.tuple_of(self.convert(args[0]))
-            if args == ((),):
-                args = ()
-            return converters.fixed_tuple([self.convert(arg) for arg in args])
+                return self._tuple([self.convert(args[0])], repeated=True)
+            return self._tuple([self.convert(arg) for arg in args if arg != ()], repeated=False)
         if origin in (set, frozenset, cabc.Set, cabc.MutableSet):
             kind = frozenset if origin is frozenset else set
             self.allowed.add(kind)
@@ -122,6 +121,19 @@ class _Compiler:
         if isinstance(origin, type):  # a generic class: its own rules, unparameterised
             return self._class(origin)
         return None
+
+    def _tuple(self, items: list[Convert | None], *, repeated: bool) -> Convert | None:
+        # A tuple is stored as a list and, as everywhere in a run (SPEC: "a tuple result
+        # is a list on both paths"), read back as one: its typed items are rebuilt. Only
+        # a field of a class the code declares (a dataclass's, a NamedTuple's) is a tuple
+        # again, so the rebuilt object equals the one the live pass stored.
+        as_tuple = self._in_class > 0
+        if not as_tuple and all(item is None for item in items):
+            return None
+        make = tuple if as_tuple else list
+        if repeated:
+            return converters.repeated(items[0], make)
+        return converters.fixed(items, make)
 
     def _union(self, args: tuple[Any, ...]) -> Convert | None:
         optional = NONE_TYPE in args
@@ -162,6 +174,7 @@ class _Compiler:
         if dataclasses.is_dataclass(cls):
             self.allowed.add(cls)
             hints = type_hints(cls)
+            self._in_class += 1
             fields = [
                 (
                     field.name,
@@ -172,13 +185,16 @@ class _Compiler:
                 for field in dataclasses.fields(cls)
                 if field.init
             ]
+            self._in_class -= 1
             return converters.dataclass(cls, fields)
         if converters.is_pydantic_class(cls):
             self.allowed.add(cls)
             return converters.pydantic(cls)
         if issubclass(cls, tuple) and hasattr(cls, "_fields"):  # a NamedTuple
             hints = type_hints(cls)
+            self._in_class += 1
             items = [self.convert(hints.get(name, Any)) for name in cls._fields]
+            self._in_class -= 1
             defaults = getattr(cls, "_field_defaults", {})
             return converters.named_tuple(cls, items, defaults)
         if typing.is_typeddict(cls):
@@ -190,7 +206,7 @@ class _Compiler:
             self.allowed.add(cls)
             return converters.set_of(cls, None)
         if cls is tuple:
-            return converters.tuple_of(None)
+            return self._tuple([None], repeated=True)
         return None
 
 

@@ -111,13 +111,32 @@ def union(members: list[Any], converts: list[Convert | None], nullable: bool) ->
     return convert
 
 
+# A field's value as JSON gives it (an event sent as JSON, a task's arguments), read as
+# the type the field declares: the text of a Decimal, a UUID, a date or a datetime.
+_FROM_JSON: dict[type, Callable[[Any], Any]] = {
+    Decimal: lambda value: Decimal(str(value)),
+    uuid.UUID: uuid.UUID,
+    dt.datetime: dt.datetime.fromisoformat,
+    dt.date: dt.date.fromisoformat,
+}
+
+
 def leaf(hint: Any, value: Any, path: str) -> Any:
+    """``value`` if it is what a field annotated ``hint`` holds, the JSON form of one
+    read as one, else a ``Mismatch``."""
     classes = _LEAVES.get(hint)
-    if classes is not None and (
-        not isinstance(value, classes) or (isinstance(value, bool) and bool not in classes)
-    ):
-        raise Mismatch(f"{value!r} is not a {describe(hint)}{_at(path)}")
-    return value
+    if classes is None:
+        return value
+    if isinstance(value, classes) and (bool in classes or not isinstance(value, bool)):
+        return value
+    parse = _FROM_JSON.get(hint)
+    json_form = isinstance(value, str) or (hint is Decimal and type(value) in (int, float))
+    if parse is not None and json_form:
+        try:
+            return parse(value)
+        except (ValueError, ArithmeticError):
+            pass
+    raise Mismatch(f"{value!r} is not a {describe(hint)}{_at(path)}")
 
 
 def list_of(item: Convert) -> Convert:
@@ -129,22 +148,26 @@ def list_of(item: Convert) -> Convert:
     return convert
 
 
-def tuple_of(item: Convert | None) -> Convert:
+def repeated(item: Convert | None, make: type) -> Convert:
+    """``tuple[T, ...]``, made a ``tuple`` or a ``list``."""
+
     def convert(data: Any, path: str, strict: bool) -> Any:
         if not isinstance(data, list):
             raise Mismatch(f"a tuple expected, {type(data).__name__} stored{_at(path)}")
         if item is None:
-            return tuple(plain(data))
-        return tuple(item(entry, f"{path}[{i}]", strict) for i, entry in enumerate(data))
+            return make(plain(data))
+        return make(item(entry, f"{path}[{i}]", strict) for i, entry in enumerate(data))
 
     return convert
 
 
-def fixed_tuple(items: list[Convert | None]) -> Convert:
+def fixed(items: list[Convert | None], make: type) -> Convert:
+    """``tuple[A, B]``, made a ``tuple`` or a ``list``."""
+
     def convert(data: Any, path: str, strict: bool) -> Any:
         if not isinstance(data, list) or len(data) != len(items):
             raise Mismatch(f"a tuple of {len(items)} expected{_at(path)}")
-        return tuple(
+        return make(
             plain(entry) if inner is None else inner(entry, f"{path}[{i}]", strict)
             for i, (inner, entry) in enumerate(zip(items, data, strict=True))
         )

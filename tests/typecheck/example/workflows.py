@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, assert_type
 
 from everystep import (
     agather,
     aresult,
     astart,
+    await_for,
     gather,
     parallel,
     result,
     sleep,
     start,
     step,
+    wait_for,
     workflow,
 )
 from everystep.models import Workflow
+
+
+@dataclasses.dataclass(frozen=True)
+class Payment:
+    reference: str
+    cents: int
 
 
 @step
@@ -60,7 +69,10 @@ def fulfil(order_id: int) -> list[str]:
     both = parallel(lambda: price("a"), lambda: price("b"))
     assert_type(both, tuple[Any, ...])
     assert_type(result(start(total, 1, 2, 3)), int)
-    return [receipt, *gather(others)]
+    paid = wait_for("paid", type=Payment)  # rebuilt as the type named, and typed so
+    assert_type(paid, Payment)
+    assert_type(wait_for("note"), Any)
+    return [receipt, paid.reference, *gather(others)]
 
 
 @workflow
@@ -71,4 +83,5 @@ async def ship(order_id: int) -> float:
     assert_type(await aresult(child), str)
     children = [await astart(charge, n) for n in (1, 2)]
     assert_type(await agather(children), list[str])
+    assert_type(await await_for("paid", type=Payment), Payment)
     return 1.5
