@@ -13,7 +13,7 @@ before Django is fully set up.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
@@ -198,18 +198,28 @@ def publish(key: str, value: Any) -> None:
     publish_value(key, value)
 
 
-def published(run: Workflow | UUID | str) -> dict[str, Any]:
-    """The latest value of every key run ``run`` published."""
+def published(
+    run: Workflow | UUID | str, *, types: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The latest value of every key run ``run`` published; ``types`` maps a key to the
+    type its value is rebuilt as (a dataclass, a pydantic model, ``list[Order]``…;
+    without it, such a value reads as its JSON form)."""
     from everystep.waiting.watching import published as read
+    from everystep.waiting.watching import typed
 
-    return read(run)
+    return typed(read(run), types)
 
 
 def watch(
-    run: Workflow | UUID | str, timeout: timedelta | float | None = None
+    run: Workflow | UUID | str,
+    timeout: timedelta | float | None = None,
+    *,
+    types: Mapping[str, Any] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield run ``run``'s published values at once and on each change, ending after the
-    run is final with its final values; past ``timeout`` a ``WaitTimeout``."""
+    run is final with its final values; past ``timeout`` a ``WaitTimeout``. ``types``
+    as for ``published()``."""
+    from everystep.waiting.watching import typed
     from everystep.waiting.watching import watch as follow
 
-    return follow(run, timeout)
+    return (typed(values, types) for values in follow(run, timeout))

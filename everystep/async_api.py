@@ -17,7 +17,7 @@ it is awaited, so concurrent awaits get the same ids on every pass
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Never, TypeVar, TypeVarTuple, overload
 from uuid import UUID
@@ -232,14 +232,29 @@ def astart(
 
 
 def awatch(
-    run: Workflow | UUID | str, timeout: timedelta | float | None = None
+    run: Workflow | UUID | str,
+    timeout: timedelta | float | None = None,
+    *,
+    types: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
     """``watch()`` for async code: ``async for values in awatch(run)``. Its waits hold no
-    thread and share the process's wake-up with every other ``awatch`` and ``aresult``."""
+    thread and share the process's wake-up with every other ``awatch`` and ``aresult``.
+    ``types`` as for ``published()``."""
     from everystep.engine.operations.results import run_ids
     from everystep.engine.operations.waits import as_delay
     from everystep.waiting.waiters import watch_values
 
     (run_id,) = run_ids([run], "awatch()")
     limit = None if timeout is None else as_delay(timeout, "awatch() timeout")
-    return watch_values(run_id, limit)
+    if not types:
+        return watch_values(run_id, limit)
+    return _typed_stream(watch_values(run_id, limit), types)
+
+
+async def _typed_stream(
+    stream: AsyncIterator[dict[str, Any]], types: Mapping[str, Any]
+) -> AsyncIterator[dict[str, Any]]:
+    from everystep.waiting.watching import typed
+
+    async for values in stream:
+        yield typed(values, types)

@@ -13,12 +13,12 @@ so the values read once the run is final are its final values: the last yield.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-from everystep import serde
+from everystep import serde, shapes
 from everystep.engine.operations.results import run_ids
 from everystep.engine.operations.waits import as_delay
 from everystep.errors import EverystepError, StoreUnavailable, WaitTimeout
@@ -104,6 +104,20 @@ def decoded(run_id: UUID, stored: dict[str, Any], what: str) -> dict[str, Any]:
                 f"{what}: run {run_id}'s published value {key!r} cannot be rebuilt: {exc!r}"
             ) from exc
     return values
+
+
+def typed(values: dict[str, Any], types: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``values`` (as ``published()`` reads them) with the keys ``types`` names rebuilt as
+    those types (``everystep.shapes``); a value that does not fit is an
+    ``IncompatibleValue`` naming the key."""
+    if not types:
+        return values
+    out = dict(values)
+    for key, hint in types.items():
+        shape = shapes.of(hint)
+        if shape is not None and key in out:
+            out[key] = shape.rebuild(out[key], f"the value published under {key!r}")
+    return out
 
 
 def _state(run_id: UUID) -> store.State:

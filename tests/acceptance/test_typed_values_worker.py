@@ -62,5 +62,7 @@ def test_a_killed_worker_resumes_a_run_handing_its_body_the_same_types(workers, 
     assert quote.total == Decimal("12.50") and quote.paid_by == "DE00 1234"
     assert isinstance(quote.lines[0], tv.LineItem)
     assert everystep.published(run)["order"]["ref"] == "k1", "published as its JSON form"
+    order = everystep.published(run, types={"order": tv.Order})["order"]
+    assert isinstance(order, tv.Order) and order.total == tv.Money(Decimal("12.50"))
     again.signal(signal.SIGTERM)
     assert again.wait(60) == 0

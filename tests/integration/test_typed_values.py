@@ -16,6 +16,7 @@ from io import StringIO
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.core.management import call_command
 
 import everystep
@@ -76,8 +77,19 @@ def test_a_run_hands_its_body_the_same_types_live_and_after_a_crash():
     order = Step.objects.get(workflow_id=run.id, step_id="1").result
     assert order["total"] == {"amount": {"__es__": "decimal", "v": "12.50"}, "currency": "EUR"}
     assert row.result["lines"][0] == {"sku": "A-1", "quantity": 2, "price": "2.50"}
-    # The published value is its JSON form, what a page or a stream shows.
+    # The published value is its JSON form, what a page or a stream shows; a reader's
+    # types= rebuilds it.
     assert everystep.published(run)["order"]["ref"] == "t1"
+    order = everystep.published(run, types={"order": tv.Order})["order"]
+    assert isinstance(order, tv.Order) and order.priority is tv.Priority.HIGH
+    assert order.tags == ("gift",)
+    [last] = list(everystep.watch(run, types={"order": tv.Order}))
+    assert last["order"] == order
+
+    async def awatched() -> list[dict[str, Any]]:
+        return [values async for values in everystep.awatch(run, types={"order": tv.Order})]
+
+    assert async_to_sync(awatched)() == [last]
 
 
 def test_a_task_with_typed_parameters_and_result():
