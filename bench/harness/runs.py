@@ -48,10 +48,17 @@ def tidy_tables(db: str, keep_before: uuid.UUID | None = None) -> None:
             cursor.execute("VACUUM ANALYZE everystep_workflow, everystep_step")
 
 
-def schedule_runs(workflow: Callable[..., Any], runs: int) -> None:
-    """``runs`` runs of ``workflow(i, 1)``, scheduled in one transaction: the rows
-    ``everystep.schedule`` makes, inserted ``SCHEDULE_BATCH`` per statement, and one
-    wake-up (PostgreSQL NOTIFY keeps one of identical notifications per transaction)."""
+def schedule_runs(
+    workflow: Callable[..., Any],
+    runs: int,
+    arguments: Callable[[int], list[Any]] | None = None,
+) -> None:
+    """``runs`` runs of ``workflow(i, 1)`` (or ``workflow(*arguments(i))``), scheduled in
+    one transaction: the rows ``everystep.schedule`` makes, inserted ``SCHEDULE_BATCH`` per
+    statement, and one wake-up (PostgreSQL NOTIFY keeps one of identical notifications per
+    transaction). With ``arguments`` they are stored as ``everystep.schedule`` stores them,
+    typed values where the workflow's annotations name them (a tree with
+    ``everystep.shapes``, issue 55, only)."""
     from django.db import transaction
 
     from everystep import registry, serde
@@ -62,10 +69,18 @@ def schedule_runs(workflow: Callable[..., Any], runs: int) -> None:
     if defn is None:
         raise TypeError(f"{workflow!r} is not a @workflow function")
     where = f"arguments of workflow {defn.name}"
+
+    def stored(i: int) -> Any:
+        if arguments is None:
+            return serde.encode([i, 1], where)
+        from everystep import shapes
+
+        return shapes.encode_arguments(defn.fn, arguments(i), where)
+
     with transaction.atomic():
         for first in range(0, runs, SCHEDULE_BATCH):
             batch = [
-                Workflow(name=defn.name, args=serde.encode([i, 1], where))
+                Workflow(name=defn.name, args=stored(i))
                 for i in range(first, min(first + SCHEDULE_BATCH, runs))
             ]
             Workflow.objects.bulk_create(batch, batch_size=SCHEDULE_BATCH)
