@@ -5,6 +5,7 @@ backend."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 import threading
@@ -12,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from everystep import shapes
+from everystep import serde, shapes
 from everystep.errors import EverystepError
 from everystep.serde import qualified_name
 from everystep.values import Claim, Ended
@@ -45,9 +46,15 @@ class WorkflowDef:
         """The body's arguments from the run's stored ones, typed by the annotations."""
         if self.read_arguments is not None:
             return self.read_arguments(stored)
+        if not self._typed_arguments:
+            return serde.decode(stored)
         return shapes.decode_arguments(self.fn, stored, f"workflow {self.name}")
 
-    @property
+    @functools.cached_property
+    def _typed_arguments(self) -> bool:
+        return shapes.signature(self.fn).typed
+
+    @functools.cached_property
     def returns(self) -> shapes.Shape | None:
         """How the run's result is stored and rebuilt (its return annotation)."""
         return shapes.returns(self.typed_by or self.fn)
@@ -65,7 +72,7 @@ class StepDef:
     # An ``async def`` step: awaited in an async body (``engine.asynchronous.async_steps``).
     is_async: bool = False
 
-    @property
+    @functools.cached_property
     def returns(self) -> shapes.Shape | None:
         """How the step's result is stored and rebuilt (its return annotation)."""
         return shapes.returns(self.fn)

@@ -204,15 +204,17 @@ def _encode_dict(
 def _typed_form(value: Any, where: str) -> Any:
     """A typed value's plain form (a dict of a dataclass's fields, a pydantic model's
     JSON form, a set's list), which ``_encode`` then stores; None if ``value`` is none."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        # The fields its constructor takes: a rebuild passes them back to it.
-        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.init}
+    # A model first: asking a pydantic model whether it is a dataclass goes through its
+    # metaclass's __getattr__ and an AttributeError.
     if _is_pydantic(value):
         try:
             # pydantic's own round trip: its JSON form, by alias, validated back.
             return value.model_dump(mode="json", by_alias=True)
         except Exception as exc:  # pydantic's PydanticSerializationError
             raise UnstorableValue(f"cannot serialize {where}: pydantic refused it: {exc}") from exc
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        # The fields its constructor takes: a rebuild passes them back to it.
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.init}
     if isinstance(value, set | frozenset):
         try:
             return sorted(value)  # the same stored form in every process

@@ -28,6 +28,7 @@ from everystep import (
     failure_detail,
     registry,
     safe_text,
+    serde,
     signals,
     stored_errors,
 )
@@ -76,7 +77,10 @@ def end_pass(
     claim, workflow = state.claim, state.workflow_name
     if outcome is None:
         try:
-            result = encode(value, f"result of workflow {workflow}", returns)
+            where = f"result of workflow {workflow}"
+            result = (
+                serde.encode(value, where) if returns is None else encode(value, where, returns)
+            )
         except EverystepError as exc:
             outcome = exc
         else:

@@ -155,11 +155,15 @@ def value_outcome(
     where = f"result of step {step_id} ({defn.name})"
     returns = defn.returns
     try:
-        result = shapes.encode(value, where, returns)
-        # What a replay will serve: rebuilt from the stored form, before it is recorded
-        # (a type that cannot rebuild its own stored form fails the step here, not on
-        # every replay after).
-        live = shapes.decode(result, returns, where)
+        if returns is None:
+            result = serde.encode(value, where)
+            live = serde.decode(result)
+        else:
+            result = shapes.encode(value, where, returns)
+            # What a replay will serve: rebuilt from the stored form, before it is
+            # recorded (a type that cannot rebuild its own stored form fails the step
+            # here, not on every replay after).
+            live = returns.rebuild(result, where)
     except EverystepError as exc:
         error = stored_errors.encode_error(exc)
         _record(run, values, "failed", began, error=error, after=defn.unsafe_to_repeat)
