@@ -75,7 +75,11 @@ def left_behind(name: str) -> bool:
     return False
 
 
-@pytest.mark.parametrize("database", ["sqlite", "postgres"])
+# The PostgreSQL cases use that server from a SQLite session: they hold its room
+# (tests/exclusive.py), so no test that restarts it runs meanwhile in the other lane.
+@pytest.mark.parametrize(
+    "database", ["sqlite", pytest.param("postgres", marks=pytest.mark.servers("postgres"))]
+)
 @pytest.mark.parametrize("runner", sorted(RUNNERS))
 def test_a_projects_tests_that_publish_pass_and_remove_their_database(runner, database, tmp_path):
     done, test_db = run_project(runner, database, tmp_path)
