@@ -206,7 +206,7 @@ def _typed_form(value: Any, where: str) -> Any:
     JSON form, a set's list), which ``_encode`` then stores; None if ``value`` is none."""
     # A model first: asking a pydantic model whether it is a dataclass goes through its
     # metaclass's __getattr__ and an AttributeError.
-    if _is_pydantic(value):
+    if is_pydantic_class(type(value)):
         try:
             # pydantic's own round trip: its JSON form, by alias, validated back.
             return value.model_dump(mode="json", by_alias=True)
@@ -223,15 +223,16 @@ def _typed_form(value: Any, where: str) -> Any:
     return None
 
 
-def _is_pydantic(value: Any) -> bool:
-    pydantic = sys.modules.get("pydantic")  # a value is a model only if pydantic is loaded
-    return pydantic is not None and isinstance(value, pydantic.BaseModel)
+def is_pydantic_class(cls: type) -> bool:
+    """Whether ``cls`` is a pydantic model (only if pydantic is loaded: not imported)."""
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and issubclass(cls, pydantic.BaseModel)
 
 
 def _typed_kind(value: Any) -> str | None:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return "a dataclass"
-    if _is_pydantic(value):
+    if is_pydantic_class(type(value)):
         return "a pydantic model"
     if isinstance(value, set | frozenset):
         return "a set"

@@ -12,6 +12,7 @@ import types
 import typing
 from typing import Any
 
+from everystep import serde
 from everystep.errors import IncompatibleValue
 from everystep.shapes import converters
 from everystep.shapes.converters import NONE_TYPE, Convert, Mismatch, describe
@@ -111,10 +112,10 @@ class _Compiler:
         if origin in (set, frozenset, cabc.Set, cabc.MutableSet):
             kind = frozenset if origin is frozenset else set
             self.allowed.add(kind)
-            return converters.set_of(kind, self.convert(args[0]) if args else None)
+            return converters.each(self.convert(args[0]) if args else None, kind, "a set")
         if origin in (list, cabc.Sequence, cabc.MutableSequence, cabc.Iterable, cabc.Collection):
             item = self.convert(args[0]) if args else None
-            return None if item is None else converters.list_of(item)
+            return None if item is None else converters.each(item, list, "a list")
         if origin in (dict, cabc.Mapping, cabc.MutableMapping):
             item = self.convert(args[1]) if len(args) == 2 else None
             return None if item is None else converters.dict_of(item)
@@ -132,7 +133,7 @@ class _Compiler:
             return None
         make = tuple if as_tuple else list
         if repeated:
-            return converters.repeated(items[0], make)
+            return converters.each(items[0], make, "a tuple")
         return converters.fixed(items, make)
 
     def _union(self, args: tuple[Any, ...]) -> Convert | None:
@@ -187,7 +188,7 @@ class _Compiler:
             ]
             self._in_class -= 1
             return converters.dataclass(cls, fields)
-        if converters.is_pydantic_class(cls):
+        if serde.is_pydantic_class(cls):
             self.allowed.add(cls)
             return converters.pydantic(cls)
         if issubclass(cls, tuple) and hasattr(cls, "_fields"):  # a NamedTuple
@@ -204,7 +205,7 @@ class _Compiler:
             return converters.typed_dict(cls, keys, required)
         if cls in (set, frozenset):
             self.allowed.add(cls)
-            return converters.set_of(cls, None)
+            return converters.each(None, cls, "a set")
         if cls is tuple:
             return self._tuple([None], repeated=True)
         return None

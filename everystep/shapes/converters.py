@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-import sys
 import typing
 import uuid
 from collections.abc import Callable
@@ -48,12 +47,6 @@ def describe(hint: Any) -> str:
     if isinstance(hint, type) and not typing.get_args(hint):
         return hint.__qualname__
     return repr(hint).replace("typing.", "")
-
-
-def is_pydantic_class(cls: type) -> bool:
-    """Whether ``cls`` is a pydantic model (pydantic itself is not imported)."""
-    pydantic = sys.modules.get("pydantic")
-    return pydantic is not None and issubclass(cls, pydantic.BaseModel)
 
 
 def _at(path: str) -> str:
@@ -139,21 +132,13 @@ def leaf(hint: Any, value: Any, path: str) -> Any:
     raise Mismatch(f"{value!r} is not a {describe(hint)}{_at(path)}")
 
 
-def list_of(item: Convert) -> Convert:
-    def convert(data: Any, path: str, strict: bool) -> Any:
-        if not isinstance(data, list):
-            raise Mismatch(f"a list expected, {type(data).__name__} stored{_at(path)}")
-        return [item(entry, f"{path}[{i}]", strict) for i, entry in enumerate(data)]
-
-    return convert
-
-
-def repeated(item: Convert | None, make: type) -> Convert:
-    """``tuple[T, ...]``, made a ``tuple`` or a ``list``."""
+def each(item: Convert | None, make: type, what: str) -> Convert:
+    """A list, ``tuple[T, ...]`` or set stored as a list: each entry rebuilt by ``item``
+    (None: read as stored), the whole made a ``make``; ``what`` names it in a message."""
 
     def convert(data: Any, path: str, strict: bool) -> Any:
         if not isinstance(data, list):
-            raise Mismatch(f"a tuple expected, {type(data).__name__} stored{_at(path)}")
+            raise Mismatch(f"{what} expected, {type(data).__name__} stored{_at(path)}")
         if item is None:
             return make(plain(data))
         return make(item(entry, f"{path}[{i}]", strict) for i, entry in enumerate(data))
@@ -171,17 +156,6 @@ def fixed(items: list[Convert | None], make: type) -> Convert:
             plain(entry) if inner is None else inner(entry, f"{path}[{i}]", strict)
             for i, (inner, entry) in enumerate(zip(items, data, strict=True))
         )
-
-    return convert
-
-
-def set_of(kind: type, item: Convert | None) -> Convert:
-    def convert(data: Any, path: str, strict: bool) -> Any:
-        if not isinstance(data, list):
-            raise Mismatch(f"a set expected, {type(data).__name__} stored{_at(path)}")
-        if item is None:
-            return kind(plain(data))
-        return kind(item(entry, f"{path}[{i}]", strict) for i, entry in enumerate(data))
 
     return convert
 
