@@ -98,19 +98,26 @@ def served(op: Operation, shape: Shape | None = None) -> Any:
     recorded = op.recorded
     assert recorded is not None
     if op.decision is Decision.SERVE_RESULT:
-        if shape is None:
-            return serde.decode(recorded.result)
-        try:
-            return shape.rebuild(recorded.result, f"the result recorded at {op.step_id}")
-        except IncompatibleValue as changed:
-            changed.step_id = op.step_id
-            raise op.run.abort(changed) from None
+        return rebuilt(op, recorded.result, shape, f"the result recorded at {op.step_id}")
     assert op.decision is Decision.RAISE_ERROR and recorded.error is not None
     exc = stored_errors.decode_error(recorded.error)
     if isinstance(exc, Terminal):
         failure_detail.stopped_in(exc, op.step_id)  # as the live pass said where
         raise op.run.abort(exc)
     raise exc
+
+
+def rebuilt(op: Operation, stored: Any, shape: Shape | None, what: str) -> Any:
+    """The value ``stored`` for ``op`` as the body gets it: rebuilt as ``shape`` (the type
+    the code annotates it with) says; one the type cannot rebuild any more ends the run
+    as a code change does, naming ``what`` and ``op``'s step."""
+    if shape is None:
+        return serde.decode(stored)
+    try:
+        return shape.rebuild(stored, what)
+    except IncompatibleValue as changed:
+        changed.step_id = op.step_id
+        raise op.run.abort(changed) from None
 
 
 def code_changed(run: RunState, step_id: str, recorded: str, called: str) -> WorkflowCodeError:

@@ -36,11 +36,12 @@ from everystep.engine.core.recorded import (
     code_changed,
     conclude,
     reach,
+    rebuilt,
     record,
     served,
 )
 from everystep.engine.core.replay import Decision
-from everystep.errors import EverystepError, IncompatibleValue, Suspended, WaitTimeout
+from everystep.errors import EverystepError, Suspended, WaitTimeout
 from everystep.models import StepStatus
 from everystep.store.events import check_event_name, event_payload
 from everystep.times import project_time
@@ -105,14 +106,7 @@ def waited_for(
         timed_out=f"no event {name!r} was sent to run {op.run.run_id} before the timeout",
         events=frozenset({name}),
     )
-    payload = durable(op, awaited, limit)
-    if shape is None:
-        return serde.decode(payload)
-    try:
-        return shape.rebuild(payload, f"the payload of event {name!r}")
-    except IncompatibleValue as exc:
-        exc.step_id = op.step_id
-        raise op.run.abort(exc) from None
+    return rebuilt(op, durable(op, awaited, limit), shape, f"the payload of event {name!r}")
 
 
 @dataclass(frozen=True)
