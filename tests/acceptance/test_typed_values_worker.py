@@ -24,14 +24,6 @@ FAST = ("--poll", "0.05")
 SEEN = "Order|list[LineItem]|Priority|Money|Point|Money|Transfer"
 
 
-def types_seen(run: Workflow) -> list[str]:
-    return list(
-        Execution.objects.filter(run_id=run.id, step__contains="|")
-        .order_by("id")
-        .values_list("step", flat=True)
-    )
-
-
 def test_a_killed_worker_resumes_a_run_handing_its_body_the_same_types(workers, tmp_path: Path):
     gate = tmp_path / "gate"
     run = everystep.schedule(tv.typed_order, "k1", str(gate))
@@ -42,7 +34,7 @@ def test_a_killed_worker_resumes_a_run_handing_its_body_the_same_types(workers, 
     )
     first.signal(signal.SIGKILL)
     first.wait(30)
-    assert types_seen(run) == [SEEN]
+    assert tv.types_seen(run.id) == [SEEN]
     recorded = set(Step.objects.filter(workflow_id=run.id).values_list("step_id", flat=True))
     gate.touch()
     again = workers("typed", *FAST)
@@ -51,7 +43,7 @@ def test_a_killed_worker_resumes_a_run_handing_its_body_the_same_types(workers, 
         60,
         "the run to finish after the restart",
     )
-    assert types_seen(run) == [SEEN, SEEN], "the same types after the SIGKILL and resume"
+    assert tv.types_seen(run.id) == [SEEN, SEEN], "the same types after the SIGKILL and resume"
     for label in ("make_order", "price_lines", "priority_of", "summary_of", "corner"):
         assert Execution.objects.filter(step=f"k1:{label}").count() == 1, label
     assert Execution.objects.filter(step="doubled").count() == 1, "the child's step ran once"

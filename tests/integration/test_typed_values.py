@@ -37,14 +37,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.tiers("modes"
 SEEN = "Order|list[LineItem]|Priority|Money|Point|Money|Card"
 
 
-def types_seen(run: Workflow) -> list[str]:
-    return list(
-        Execution.objects.filter(run_id=run.id, step__contains="|")
-        .order_by("id")
-        .values_list("step", flat=True)
-    )
-
-
 def executions(label: str) -> int:
     return Execution.objects.filter(step__startswith=f"{label}:").count()
 
@@ -59,7 +51,7 @@ def test_a_run_hands_its_body_the_same_types_live_and_after_a_crash():
     run_due()
     row = Workflow.objects.get(id=run.id)
     assert row.status == Status.COMPLETED, row.error
-    seen = types_seen(run)
+    seen = tv.types_seen(run.id)
     assert seen == [SEEN, SEEN], "the first pass and the replay were handed the same types"
     assert executions("t1") == 6, "each step's body ran once"
     quote = everystep.result(run)
@@ -263,7 +255,7 @@ def test_an_async_body_gets_the_same_types_live_and_after_a_crash():
     assert crash.fired
     run_due()
     assert Workflow.objects.get(id=run.id).status == Status.COMPLETED
-    assert types_seen(run) == ["Order|list[LineItem]|Card"] * 2
+    assert tv.types_seen(run.id) == ["Order|list[LineItem]|Card"] * 2
     assert everystep.result(run) == tv.Money(Decimal("3.00"))
     assert executions("a1") == 1
 

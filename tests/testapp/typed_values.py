@@ -156,6 +156,12 @@ def seen(*values: object) -> None:
     )
 
 
+def types_seen(run_id: object) -> list[str]:
+    """What ``seen`` logged for a run, one entry per pass, in order."""
+    rows = Execution.objects.filter(run_id=run_id, step__contains="|").order_by("id")
+    return list(rows.values_list("step", flat=True))
+
+
 def type_name(value: object) -> str:
     if isinstance(value, list) and value:
         return f"list[{type(value[0]).__name__}]"
