@@ -83,7 +83,9 @@ def left_behind(name: str) -> bool:
 @pytest.mark.parametrize("runner", sorted(RUNNERS))
 def test_a_projects_tests_that_publish_pass_and_remove_their_database(runner, database, tmp_path):
     done, test_db = run_project(runner, database, tmp_path)
-    left = left_behind(test_db)
+    # A SQLite test database is a file under tmp_path (checked below); only the
+    # PostgreSQL case touches that server, so only it holds the server's room.
+    left = database == "postgres" and left_behind(test_db)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     # pytest runs the TestCase classes too, and its own four tests.
