@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 NOT_SET = object()
+AUTO = "auto"
 
 
 class OptionError(ValueError):
@@ -56,6 +57,9 @@ class Option:
     # A sanity cap beyond which no value makes sense (threads, timer waits), refused
     # with its own message so that ``expected()`` keeps naming the usual limits.
     ceiling: float | None = None
+    # The word ``auto`` is accepted too, and kept as it is: what it stands for is decided
+    # where the option is used (``processes``: the CPUs this process may use).
+    auto: bool = False
 
     @property
     def flag(self) -> str:
@@ -71,6 +75,8 @@ class Option:
 
     def expected(self) -> str:
         """What the option accepts, in the words of error messages and help texts."""
+        if self.auto:
+            return f"{replace(self, auto=False).expected()}, or auto"
         if self.kind is bool:
             return "True or False"
         if self.kind is str:
@@ -85,6 +91,8 @@ class Option:
     def check(self, value: Any) -> Any:
         """``value`` normalised (an int given for a float option becomes a float), or a
         ``ValueError`` saying what is expected."""
+        if self.auto and isinstance(value, str) and value.strip().lower() == "auto":
+            return AUTO
         if not self._well_typed(value) or not self._within_limits(value):
             raise ValueError(f"must be {self.expected()}, got {value!r}")
         if self.ceiling is not None and value > self.ceiling:
@@ -92,6 +100,12 @@ class Option:
         if self.kind is str and not _storable(value):
             raise ValueError(f"must not contain a NUL character or a lone surrogate, got {value!r}")
         return float(value) if self.kind is float else value
+
+    def parse(self, text: str) -> Any:
+        """A command-line value of the option as its type (``auto`` as it is)."""
+        if self.auto and text.strip().lower() == "auto":
+            return AUTO
+        return self.kind(text)
 
     def _well_typed(self, value: Any) -> bool:
         if self.kind is bool:
@@ -133,6 +147,17 @@ OPTIONS: tuple[Option, ...] = (
         "runs in flight at most; nothing is claimed while the pool is full",
         minimum=1,
         ceiling=10_000,  # one thread each
+    ),
+    Option(
+        "processes",
+        "processes",
+        int,
+        1,
+        "worker processes under one supervisor, each with its own pool and connections; "
+        "auto = the CPUs this process may use (its cgroup quota, not the host's cores)",
+        minimum=1,
+        ceiling=1024,
+        auto=True,
     ),
     Option(
         "poll",
@@ -249,6 +274,13 @@ OPTIONS: tuple[Option, ...] = (
 BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
 
 
+def reload_rule(values: Mapping[str, Any]) -> str | None:
+    """``--reload`` restarts one process on a change: a group of them is not reloaded."""
+    if values["reload"] and values["processes"] != 1:
+        return f"must be 1 with reload (a development worker), got {values['processes']}"
+    return None
+
+
 def orphan_rule(values: Mapping[str, Any]) -> str | None:
     """Orphan recovery must not take a live runner for dead: a timeout, when on, exceeds
     two heartbeat intervals (one may be late without the runner being gone)."""
@@ -261,6 +293,7 @@ def orphan_rule(values: Mapping[str, Any]) -> str | None:
 # Rules over several options: (option the message is about, rule).
 CROSS_RULES: tuple[tuple[str, Callable[[Mapping[str, Any]], str | None]], ...] = (
     ("orphan_timeout", orphan_rule),
+    ("processes", reload_rule),
 )
 
 

@@ -176,9 +176,16 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "plain": {"format": "%(asctime)s %(process)d %(levelname)s %(name)s %(message)s"}
+        "plain": {"format": "%(asctime)s %(process)d %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "everystep.logs.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            # EVERYSTEP_TEST_LOG_JSON=1: the JSON lines a log shipper reads.
+            "formatter": "json" if os.environ.get("EVERYSTEP_TEST_LOG_JSON") == "1" else "plain",
+        }
+    },
     "loggers": {
         "everystep": {
             "handlers": ["console"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -35,7 +36,7 @@ class _Server(ThreadingHTTPServer):
 class ProbeServer:
     """A small threaded HTTP server bound to ``--metrics-bind:--metrics-port``."""
 
-    def __init__(self, worker: WorkerState) -> None:
+    def __init__(self, worker: WorkerState, sock: socket.socket | None = None) -> None:
         self.worker = worker
         options = worker.options
         self.readiness = health.Readiness()
@@ -53,7 +54,13 @@ class ProbeServer:
                 options.metrics_port,
                 extra={"event": "worker.metrics_off", "runner": options.name},
             )
-        self.httpd = _Server((options.metrics_bind, options.metrics_port), self._handler())
+        if sock is None:
+            self.httpd = _Server((options.metrics_bind, options.metrics_port), self._handler())
+        else:  # bound and listening already (a process of a group: its supervisor's)
+            self.httpd = _Server(sock.getsockname(), self._handler(), bind_and_activate=False)
+            self.httpd.socket.close()
+            self.httpd.socket = sock
+            self.httpd.server_address = sock.getsockname()
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(
@@ -64,7 +71,7 @@ class ProbeServer:
         self.thread.start()
         logger.info(
             "metrics and health on http://%s:%d",
-            self.worker.options.metrics_bind,
+            self.httpd.server_address[0],
             self.port,
             extra={"event": "worker.http_started", "runner": self.worker.options.name},
         )

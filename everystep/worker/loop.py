@@ -14,6 +14,7 @@ until the next run is due). A pass on the pool, and what becomes of it when it e
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections import deque
@@ -30,7 +31,7 @@ from everystep.store.claims import claim_due, next_due, reclaim_parked, reclaim_
 from everystep.store.guard import DATABASE_ERRORS
 from everystep.store.wake import Listener, can_listen
 from everystep.values import Claim
-from everystep.worker import carrying, naming, passes, shutdown, supervisor
+from everystep.worker import carrying, naming, passes, processes, shutdown, supervisor
 from everystep.worker.heartbeat import LOCK_WAIT, Heartbeat
 from everystep.worker.http import ProbeServer
 from everystep.worker.outage import Outage
@@ -72,9 +73,11 @@ class Worker:
         liveness_timeout: float | None = None,
         network_timeout: float | None = None,
         reload: bool = False,
+        processes: int | str = 1,
     ) -> None:
         self.options = WorkerOptions.resolve(
             pool_size=pool_size,
+            processes=processes,
             poll=poll,
             name=name,
             drain=drain,
@@ -96,6 +99,9 @@ class Worker:
         self._unsure = False  # a claim failed on the connection: it may have committed
         self._next_due: datetime | None = None  # when idle: the next run due, if known
         self._beat: Heartbeat | None = None  # while run() runs
+        # A listening socket to serve the probes on instead of ``metrics_port``: a process
+        # of a group (``processes``) serves them on loopback for its supervisor.
+        self.probe_socket: socket.socket | None = None
 
     # -- public -----------------------------------------------------------------------
 
@@ -133,6 +139,13 @@ class Worker:
         running), else watched for up to two of its heartbeats first. A worker whose
         name another process took over while it was silent drains and returns.
         """
+        if self.options.processes > 1:
+            if threading.current_thread() is not threading.main_thread():
+                raise EverystepError(
+                    "processes > 1 forks worker processes: run() must be called on the "
+                    "main thread (manage.py everystep_worker, the runner image)"
+                )
+            return processes.ProcessGroup(self.options, Worker).run()
         if threading.current_thread() is threading.main_thread():
             # The loop on a thread of its own, this one taking signals (``supervisor``).
             return supervisor.supervise(self.state, self.stop, self._run)
@@ -178,10 +191,10 @@ class Worker:
 
     def _probe_server(self) -> ProbeServer | None:
         options = self.options
-        if not options.metrics_port:
+        if not options.metrics_port and self.probe_socket is None:
             return None
         try:
-            probe = ProbeServer(self.state)
+            probe = ProbeServer(self.state, self.probe_socket)
         except OSError as exc:
             raise EverystepError(
                 f"cannot serve metrics on {options.metrics_bind}:{options.metrics_port}: {exc}"

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from everystep import conf
+from everystep import conf, cpus
+from everystep.options import AUTO
 from everystep.values import Claim
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ class WorkerOptions:
     under the same name, with its effective value (never ``None``)."""
 
     pool_size: int
+    processes: int  # ``auto`` resolved: the CPUs this process may use
     poll: float
     name: str
     drain: float
@@ -49,6 +51,8 @@ class WorkerOptions:
         else the defaults. Raises ``OptionError`` naming every invalid option."""
         values = conf.worker_options(**given)
         name = values.pop("name") or socket.gethostname()
+        if values["processes"] == AUTO:
+            values["processes"] = cpus.available().count
         # A tick waits at most max(poll, the listening poll, the database backoff), so
         # the default leaves a wide margin before liveness fails.
         liveness = values.pop("liveness_timeout") or max(60.0, 10 * values["poll"])

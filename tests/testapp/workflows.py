@@ -328,3 +328,26 @@ def exits_after_a_step(code: int) -> None:
     """A step, then ``exit()``: the run fails, its step kept."""
     add(1, 1)
     raise SystemExit(code)
+
+
+@step
+def at_gate(label: str, gate: str) -> str:
+    """Logged as started, then waits until the file ``gate`` exists (two minutes at most):
+    a worker can be killed or stopped while the step runs."""
+    import pathlib
+    import time
+
+    row = _log_start(label)
+    deadline = time.monotonic() + 120
+    while not pathlib.Path(gate).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{gate} was never opened")
+        time.sleep(0.02)
+    _log_end(row)
+    return label
+
+
+@workflow
+def gated(label: str, gate: str) -> list[Any]:
+    """A step, a step waiting at ``gate``, a step (issue 56's process groups)."""
+    return [tracked(f"{label}:a"), at_gate(f"{label}:gate", gate), tracked(f"{label}:c")]

@@ -35,7 +35,8 @@ class Command(WholeFlags, BaseCommand):
             if option.kind is bool:
                 kind: dict[str, Any] = {"action": argparse.BooleanOptionalAction}
             else:
-                kind = {"type": option.kind, "metavar": option.key.upper()}
+                parse = option.parse if option.auto else option.kind
+                kind = {"type": parse, "metavar": option.key.upper()}
             source = f"{option.setting}, else " if option.setting else ""
             parser.add_argument(
                 option.flag,
