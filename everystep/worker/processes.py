@@ -121,6 +121,13 @@ class ProcessGroup:
         """Start the children and supervise them until they have exited: True after a
         clean stop, False when children were given up past the shutdown bound. Raises
         ``GroupStopped`` when a child could not hold its name."""
+        factory = _tag_log_records("supervisor")
+        try:
+            return self._run()
+        finally:
+            logging.setLogRecordFactory(factory)
+
+    def _run(self) -> bool:
         options = self.options
         if options.metrics_port:
             try:
@@ -253,7 +260,7 @@ class ProcessGroup:
     def _exited(self, slot: Slot, pid: int, status: int) -> None:
         how = _how(status)
         lived = time.monotonic() - slot.started
-        extra = {"runner": slot.name, "worker_process": slot.index}
+        extra = {"runner": slot.name, "child": slot.index}
         if self.stopping_since is not None:
             logger.info(
                 "process %d (%s) %s",
@@ -391,14 +398,16 @@ def _watch_parent(supervisor: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _tag_log_records(index: int) -> None:
-    """Every record this child logs says which process wrote it (``worker_process``): the
-    JSON log format writes it beside ``runner``."""
+def _tag_log_records(process: int | str) -> Callable[..., logging.LogRecord]:
+    """Every record logged from now on says which process wrote it (``worker_process``:
+    a child's number, or ``supervisor``): the JSON log format writes it beside
+    ``runner``. The factory it replaced."""
     previous = logging.getLogRecordFactory()
 
     def factory(*args: object, **kwargs: object) -> logging.LogRecord:
         record = previous(*args, **kwargs)
-        record.worker_process = index
+        record.worker_process = process
         return record
 
     logging.setLogRecordFactory(factory)
+    return previous

@@ -25,7 +25,7 @@ GROUP = ("--processes", "2", "--pool", "1", "--poll", "0.05", "--orphan-timeout"
 
 
 def at_gates(runs: list[Workflow], gate: Path) -> None:
-    """Schedule ``runs`` as gated runs and wait until each waits at the gate."""
+    """Wait until each of ``runs`` waits at ``gate``."""
     wait_until(
         lambda: Execution.objects.filter(step__endswith=":gate").count() >= len(runs),
         60,
@@ -92,6 +92,7 @@ def test_a_killed_child_is_restarted_and_its_run_resumed_and_the_port_speaks_for
     assert http_get(port, "/healthz")[0] == 503
 
     # Killed mid-step: restarted, its run resumed from its records under its name.
+    killed_name = Workflow.objects.get(id=runs[0].id).claimed_by
     killed_at = time.monotonic()
     os.kill(first, signal.SIGKILL)
     wait_until(lambda: len(holder_pids("r0")) == 2, 60, "the killed child's run to resume")
@@ -121,10 +122,13 @@ def test_a_killed_child_is_restarted_and_its_run_resumed_and_the_port_speaks_for
     assert "was killed by SIGKILL" in log and "started again now" in log
     lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
     writers = {line.get("worker_process") for line in lines}
-    assert {0, 1} <= writers, "each line says which process wrote it"
+    assert writers == {"supervisor", 0, 1}, "each line says which process wrote it"
+    index = 0 if killed_name == "grp" else 1
     assert any(
-        line.get("event") == "worker.catchup" and line["worker_process"] == 0 for line in lines
-    )
+        (line.get("event"), line.get("runner"), line.get("worker_process"))
+        == ("worker.catchup", killed_name, index)
+        for line in lines
+    ), "the restarted child caught up the runs under its name"
 
 
 @pytest.mark.parametrize("signals", [1, 2], ids=["sigterm", "sigterm-twice"])
