@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CGROUP = Path("/sys/fs/cgroup")
+OWN_CGROUP = Path("/proc/self/cgroup")
 
 
 @dataclass(frozen=True)
@@ -29,10 +30,11 @@ class Available:
     source: str  # "cgroup cpu.max 200000 100000", "affinity mask …"
 
 
-def available(cgroup: Path = CGROUP) -> Available:
-    """The CPUs this process may use, at least 1."""
+def available(cgroup: Path = CGROUP, own: Path = OWN_CGROUP) -> Available:
+    """The CPUs this process may use, at least 1 (``cgroup``: where the cgroup
+    filesystem is mounted; ``own``: the file naming this process's cgroups)."""
     cores = _schedulable()
-    quota = _quota(cgroup)
+    quota = _quota(cgroup, own)
     if quota is not None:
         limit, source = quota
         if limit < cores:
@@ -48,11 +50,11 @@ def _schedulable() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _quota(cgroup: Path) -> tuple[int, str] | None:
+def _quota(cgroup: Path, own: Path) -> tuple[int, str] | None:
     """The quota of this process's cgroup in whole CPUs, rounded up (1.5 CPUs run two
     processes, each busy three quarters of the time), or None without one."""
     if (cgroup / "cgroup.controllers").exists():  # cgroup v2
-        return _v2_quota(cgroup)
+        return _v2_quota(cgroup, own)
     for base in (cgroup / "cpu,cpuacct", cgroup / "cpu"):
         quota_text = _read(base / "cpu.cfs_quota_us")
         period_text = _read(base / "cpu.cfs_period_us")
@@ -64,11 +66,11 @@ def _quota(cgroup: Path) -> tuple[int, str] | None:
     return None
 
 
-def _v2_quota(cgroup: Path) -> tuple[int, str] | None:
+def _v2_quota(cgroup: Path, own: Path) -> tuple[int, str] | None:
     """The tightest ``cpu.max`` from this process's cgroup up to the root: a quota set on
     a parent (a systemd slice, a pod) holds for every cgroup below it."""
     best: tuple[int, str] | None = None
-    for folder in _v2_ancestry(cgroup):
+    for folder in _v2_ancestry(cgroup, own):
         fields = (_read(folder / "cpu.max") or "").split()
         if len(fields) == 2 and _positive(fields[0], fields[1]):
             quota, period = int(fields[0]), int(fields[1])
@@ -78,13 +80,13 @@ def _v2_quota(cgroup: Path) -> tuple[int, str] | None:
     return best
 
 
-def _v2_ancestry(cgroup: Path) -> list[Path]:
+def _v2_ancestry(cgroup: Path, own: Path) -> list[Path]:
     """This process's cgroup folder and its parents up to the mount
     (``/proc/self/cgroup`` says "0::/system.slice/x.service"). In a container with a
     cgroup namespace of its own it says "0::/", and the root is the container's."""
-    text = _read(Path("/proc/self/cgroup")) or ""
-    own = next((line[3:] for line in text.splitlines() if line.startswith("0::")), "/")
-    parts = [part for part in own.split("/") if part]
+    text = _read(own) or ""
+    path = next((line[3:] for line in text.splitlines() if line.startswith("0::")), "/")
+    parts = [part for part in path.split("/") if part]
     return [cgroup.joinpath(*parts[:depth]) for depth in range(len(parts), -1, -1)]
 
 
