@@ -9,6 +9,7 @@ have django-tasks-db, and must not)::
     /tmp/django-tasks-db-venv/bin/python bench/peers/django_tasks_db_bench.py
         [--db postgres|mariadb|sqlite] [--tasks 2000] [--concurrency 1 4] [--repeat 3]
         [--samples 50] [--source PATH] [--label NAME] [--results DIR] [--wait-quiet 60]
+        [--body hash|orm] [--processes]
 
 One benchmark database (``everystep_test_bench_…``, dropped at the end) holds both
 backends' tables (settings ``everystep_bench.django_tasks_db_settings``: TASKS
@@ -43,6 +44,11 @@ of its body (``time.time()`` in the worker, returned in the task's result), p50/
 between samples an idle gap drawn uniformly from 0.2 s to 0.2 s + the longest poll
 interval, so each commit lands at a random phase of the worker's poll.
 
+``--processes`` (issue 56): everystep's side at C is ``everystep_worker --processes C
+--pool 1`` (C worker processes under one supervisor, as C db_workers are C processes),
+and its pickup worker ``--processes`` the largest C; the workers' CPU counts the
+children's.
+
 Settings: everystep's worker defaults (``--pool 4``, ``--poll 0.2``, LISTEN/NOTIFY on
 PostgreSQL), but ``--pool C`` in the execution phases; db_worker's defaults
 (``--interval 1``, a random start-up delay below 1 s, INFO log lines per task, which go
@@ -72,7 +78,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 sys.path.insert(0, str(HERE.parent))
 from harness import options  # noqa: E402
-from harness.cpu import CpuMeter, wait_quiet  # noqa: E402
+from harness.cpu import CpuMeter, process_tree, wait_quiet  # noqa: E402
 from harness.results import print_header, print_problems  # noqa: E402
 from harness.runs import percentile, wait_for  # noqa: E402
 from harness.server import attempts  # noqa: E402
@@ -84,6 +90,8 @@ DTDB = "dtdb"  # the TASKS alias of django-tasks-db's backend
 STEP, PLAIN, PEER = "everystep-step", "everystep-plain", "django-tasks-db"
 # ``--body orm``: every kind's body also inserts one row (``written``).
 BODY = {"orm": False}
+# --processes: the largest C, else 0 (everystep's side is one process with a pool).
+SHAPE = {"processes": 0}
 KINDS = (STEP, PLAIN, PEER)
 READY_TIMEOUT = 60.0
 
@@ -278,8 +286,19 @@ def start_side(run: Session, kind: Kind, concurrency: int, label: str) -> list[W
     everystep worker ``--pool concurrency``, or ``concurrency`` db_workers; ``0``: the
     defaults (everystep's pool, one db_worker)."""
     if kind.everystep:
-        flags = ("--pool", str(concurrency)) if concurrency else ()
-        return run.workers.start_fleet(label, 1, *flags)
+        processes = SHAPE["processes"] and (concurrency or SHAPE["processes"])
+        if processes:
+            flags: tuple[str, ...] = ("--processes", str(processes), "--pool", "1")
+        else:
+            flags = ("--pool", str(concurrency)) if concurrency else ()
+        fleet = run.workers.start_fleet(label, 1, *flags)
+        if processes:  # every child holds its name, and has settled
+            from everystep.models import Runner
+
+            children = Runner.objects.filter(name__startswith=label)
+            wait_for(lambda: children.count() >= processes, 60, 0.05, fleet[0].check_alive)
+            time.sleep(1.0)
+        return fleet
     fleet = []
     for number in range(1, max(concurrency, 1) + 1):
         name = label if concurrency <= 1 else f"{label}-w{number}"
@@ -333,7 +352,7 @@ def execution_phase(
         tidy(args.db)
         fleet[:] = start_side(run, kind, concurrency, f"{kind.name}-c{concurrency}-r{round_no}")
         quiet = wait_quiet(args.wait_quiet)
-        meter = CpuMeter(args.db, [worker.pid for worker in fleet])
+        meter = CpuMeter(args.db, [pid for worker in fleet for pid in process_tree(worker.pid)])
         meter.begin_workers()
         enqueued = enqueue_many(kind, args.tasks, one_transaction=True)
         committed = timezone.now()
@@ -354,7 +373,9 @@ def execution_phase(
             "phase": "execution",
             "kind": kind.name,
             "concurrency": concurrency,
-            "processes": len(fleet),
+            "processes": len(fleet)
+            if not kind.everystep
+            else (SHAPE["processes"] and concurrency) or 1,
             **span,
             "wall_from_commit_s": round(wall, 3),
             "enqueue_one_transaction": enqueued,
@@ -410,6 +431,7 @@ def pickup_phase(
             "samples": args.samples,
             "p50_ms": round(percentile(bodies, 0.5), 1),
             "p95_ms": round(percentile(bodies, 0.95), 1),
+            "p99_ms": round(percentile(bodies, 0.99), 1),
             "max_ms": round(max(bodies), 1),
             "mean_ms": round(statistics.fmean(bodies), 1),
             "claim_p50_ms": round(percentile(claims, 0.5), 1),
@@ -452,7 +474,7 @@ def settings_used(args: argparse.Namespace) -> dict[str, Any]:
             "pool_default": BY_NAME["pool_size"].default,
             "poll_s": BY_NAME["poll"].default,
             "notify": BY_NAME["notify"].default and args.db == "postgres",
-            "execution_flags": "--pool C",
+            "execution_flags": "--processes C --pool 1" if SHAPE["processes"] else "--pool C",
         },
         "db_worker": {
             "interval_s": parsed.interval,
@@ -690,9 +712,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="hash",
         help="the task body: a SHA-256 over 4 KiB, or that and one ORM insert (hash)",
     )
+    parser.add_argument(
+        "--processes",
+        action="store_true",
+        help="everystep at C: --processes C --pool 1 (C processes, as C db_workers)",
+    )
     options.add_worker_phase_arguments(parser)
     args = parser.parse_args(argv)
     BODY["orm"] = args.body == "orm"
+    SHAPE["processes"] = max(args.concurrency) if args.processes else 0
     if min(args.tasks, args.repeat, args.samples, *args.concurrency) < 1:
         parser.error("--tasks, --repeat, --samples and --concurrency must be at least 1")
     args.settings_module = SETTINGS
