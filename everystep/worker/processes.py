@@ -325,6 +325,7 @@ class ProcessGroup:
         connections.close_all()
         sys.stdout.flush()
         sys.stderr.flush()
+        _warn_of_threads(self.options.name)
         supervisor = os.getpid()
         pid = os.fork()
         if pid == 0:
@@ -371,6 +372,24 @@ class ProcessGroup:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
+
+
+def _warn_of_threads(runner: str) -> None:
+    """A thread the project started at import (an SDK's sender, a scheduler) runs in the
+    supervisor only: a forked child has the calling thread alone. Said once per thread."""
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and thread.ident not in _WARNED:
+            _WARNED.add(thread.ident)
+            logger.warning(
+                "thread %r runs in the supervisor of worker %s: it was started at import and "
+                "does not run in the worker processes forked from it",
+                thread.name,
+                runner,
+                extra={"event": "workers.thread_not_forked", "runner": runner},
+            )
+
+
+_WARNED: set[int | None] = set()
 
 
 def _how(status: int) -> str:

@@ -175,3 +175,41 @@ def test_a_killed_supervisor_takes_its_children_along_and_the_next_group_resumes
     assert again.log().count("parked under its name") == 2
     again.signal(signal.SIGTERM)
     assert again.wait(60) == 0
+
+
+def test_a_run_that_kills_every_child_taking_it_is_failed_at_the_recovery_limit(workers):
+    """A crash loop: the child is restarted (sooner, then later), catches the run up and
+    dies again, until the run is failed past EVERYSTEP_MAX_RECOVERIES; the group lives."""
+    from tests.testapp import killer_tasks
+
+    result = killer_tasks.kill_worker.enqueue()
+    env = {
+        "DJANGO_SETTINGS_MODULE": "tests.testapp.site.settings",
+        "EVERYSTEP_TEST_WORKFLOW_MODULES": "tests.testapp.killer_tasks",
+        "EVERYSTEP_TEST_MAX_RECOVERIES": "2",
+    }
+    group = workers("grp", *GROUP, env=env)
+    wait_until(
+        lambda: Workflow.objects.get(id=result.id).status == Status.FAILED, 60, "the failure"
+    )
+    run = Workflow.objects.get(id=result.id)
+    assert run.recoveries == 3 and "EVERYSTEP_MAX_RECOVERIES = 2" in run.error["message"]
+    log = group.log()
+    assert log.count("exited with code 1 after") == 3, log
+    assert "started again in 0.25s (2 quick deaths in a row)" in log
+    group.signal(signal.SIGTERM)
+    assert group.wait(60) == 0
+
+
+def test_a_group_under_a_live_workers_name_stops_with_exit_1(workers):
+    holder = workers("grp", "--heartbeat", "0.5", "--poll", "0.05")
+    wait_until(lambda: Runner.objects.filter(name="grp").exists(), 60, "the holder's row")
+    group = workers("grp", *GROUP)
+    group.expect_alive = False
+    assert group.wait(60) == 1
+    log = group.log()
+    assert "runner name 'grp' is in use by a live worker" in log
+    assert "could not work under the name 'grp'" in log and "every process stops" in log
+    assert Runner.objects.get(name="grp").pid == holder.pid, "the holder keeps its name"
+    holder.signal(signal.SIGTERM)
+    assert holder.wait(60) == 0
