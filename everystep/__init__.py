@@ -5,6 +5,7 @@
 The package, in layers that import downwards only (``tests/unit/test_layers.py``):
 
 - foundations: ``values``, ``errors``, ``options`` (the worker's options, declared once),
+  ``cpus`` (the CPUs this process may use: ``--processes auto``),
   ``signals``, ``tallies``, ``tracing``, ``safe_text``, ``serde`` (stored values),
   ``shapes`` (values typed by annotations), ``stored_errors`` (stored exceptions),
   ``stored_types`` (the classes a stored value may name), ``failure_detail`` (stored

@@ -338,7 +338,9 @@ def readme_table() -> str:
     """The table of worker flags (docs/reference/worker-options.md), from ``OPTIONS``."""
     lines = ["| flag | default | Django setting | meaning |", "|---|---|---|---|"]
     for option in OPTIONS:
-        flag = f"`{option.flag}` / `--no-notify`" if option.kind is bool else f"`{option.flag}`"
+        flag = f"`{option.flag}`"
+        if option.kind is bool:
+            flag += f" / `--no-{option.flag[2:]}`"
         setting = f"`{option.setting}`" if option.setting else "—"
         lines.append(f"| {flag} | {option.shown_default} | {setting} | {option.help} |")
     return "\n".join(lines)

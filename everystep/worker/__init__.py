@@ -14,6 +14,9 @@
   process per name); ``outage``: the backoff and logs while the database is away;
   ``carrying``: what this worker can carry on, and the runs that wait for other code;
   ``reload``: ``--reload``, a restart on a change to the project's code, for development.
+- ``processes``: ``--processes N``, a supervisor of N worker processes, one worker to the
+  outside; ``forking``: the two sides of its fork; ``merged``: its one HTTP port, from
+  the children's.
 - ``health`` (liveness and readiness), ``collector`` (the worker's gauges) and ``http``
   (the port serving both); ``connections``: database connections kept across runs.
 """

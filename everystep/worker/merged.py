@@ -40,7 +40,12 @@ ASK_TIMEOUT = 2.0
 # figure every child reads alike: the database-wide gauges, the interpreter's version, a
 # limit) instead of summed.
 _EARLIEST = ("_created", "_start_time_seconds", "_started_at_seconds")
-_SAME_IN_EVERY_CHILD = ("everystep_workflows_", "python_info", "process_max_fds")
+_SAME_IN_EVERY_CHILD = (
+    "everystep_workflows_",
+    "everystep_worker_runs_left_for_other_code",  # each child counts the same due runs
+    "python_info",
+    "process_max_fds",
+)
 
 
 class MergedPort:

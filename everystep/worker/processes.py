@@ -33,13 +33,11 @@ connections, claim loop, heartbeat and, on PostgreSQL, its own LISTEN), and watc
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
 import socket
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -50,6 +48,7 @@ from django.db import connections
 
 from everystep.errors import EverystepError, NameInUse
 from everystep.options import BY_NAME
+from everystep.worker import forking
 from everystep.worker.merged import MergedPort
 from everystep.worker.supervisor import SHUTDOWN_GRACE
 from everystep.worker.worker_state import WorkerOptions
@@ -69,7 +68,6 @@ FIRST_DELAY = 0.25
 LONGEST_DELAY = 10.0
 # How often the supervisor reaps, restarts and acts on signals when its port is idle.
 _LOOK = 0.1
-_PR_SET_PDEATHSIG = 1
 
 
 class GroupStopped(EverystepError):
@@ -105,15 +103,14 @@ class ProcessGroup:
         longest = child_name(options.name, options.processes - 1)
         limit = BY_NAME["name"].maximum or 255
         if len(longest) > limit:
-            raise ValueError(
-                f"name must leave room for the children's names (up to {longest!r}): at "
-                f"most {limit:g} characters with the suffix"
+            raise EverystepError(
+                f"invalid option: name must leave room for the children's names (up to "
+                f"{longest!r}): at most {limit:g} characters with the suffix"
             )
         self.port: MergedPort | None = None
         self.slots: list[Slot] = []
         self.pending: list[int] = []  # signals not yet acted on (see ``interrupts``)
         self.stopping_since: float | None = None
-        self.forced = False
         self.failed: str | None = None
         self.clean = True
 
@@ -121,7 +118,7 @@ class ProcessGroup:
         """Start the children and supervise them until they have exited: True after a
         clean stop, False when children were given up past the shutdown bound. Raises
         ``GroupStopped`` when a child could not hold its name."""
-        factory = _tag_log_records("supervisor")
+        factory = forking.tag_log_records("supervisor")
         try:
             return self._run()
         finally:
@@ -211,7 +208,6 @@ class ProcessGroup:
                     name,
                     extra={"event": "workers.forced", "runner": self.options.name},
                 )
-                self.forced = True
                 # The children's bound is now the grace alone: so is this one.
                 self.stopping_since = min(
                     self.stopping_since, time.monotonic() - self.options.drain
@@ -258,7 +254,7 @@ class ProcessGroup:
                 self._exited(slot, pid, status)
 
     def _exited(self, slot: Slot, pid: int, status: int) -> None:
-        how = _how(status)
+        how = forking.how(status)
         lived = time.monotonic() - slot.started
         extra = {"runner": slot.name, "child": slot.index}
         if self.stopping_since is not None:
@@ -325,7 +321,7 @@ class ProcessGroup:
         connections.close_all()
         sys.stdout.flush()
         sys.stderr.flush()
-        _warn_of_threads(self.options.name)
+        forking.warn_of_threads(self.options.name)
         supervisor = os.getpid()
         pid = os.fork()
         if pid == 0:
@@ -335,7 +331,7 @@ class ProcessGroup:
     def _child(self, slot: Slot, supervisor: int) -> None:
         code = 70  # EX_SOFTWARE: a crash of the child's own code; restarted
         try:
-            _die_with(supervisor)
+            forking.die_with(supervisor)
             os.setpgid(0, 0)  # a terminal's Ctrl-C reaches the supervisor only
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, signal.SIG_DFL)  # the worker installs its own
@@ -346,7 +342,7 @@ class ProcessGroup:
             for other in self.slots:
                 if other is not slot and other.probe is not None:
                     other.probe.close()
-            _tag_log_records(slot.index)
+            forking.tag_log_records(slot.index)
             kwargs = asdict(self.options) | {"name": slot.name, "processes": 1, "metrics_port": 0}
             worker = self.make_worker(**kwargs)
             worker.probe_socket = slot.probe
@@ -372,61 +368,3 @@ class ProcessGroup:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
-
-
-def _warn_of_threads(runner: str) -> None:
-    """A thread the project started at import (an SDK's sender, a scheduler) runs in the
-    supervisor only: a forked child has the calling thread alone. Said once per thread."""
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and thread.ident not in _WARNED:
-            _WARNED.add(thread.ident)
-            logger.warning(
-                "thread %r runs in the supervisor of worker %s: it was started at import and "
-                "does not run in the worker processes forked from it",
-                thread.name,
-                runner,
-                extra={"event": "workers.thread_not_forked", "runner": runner},
-            )
-
-
-_WARNED: set[int | None] = set()
-
-
-def _how(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        return f"was killed by {signal.Signals(os.WTERMSIG(status)).name}"
-    return f"exited with code {os.WEXITSTATUS(status)}"
-
-
-def _die_with(supervisor: int) -> None:
-    """Have the kernel kill this child when its supervisor dies (Linux's
-    ``PR_SET_PDEATHSIG``); elsewhere a thread that watches the parent does it."""
-    try:
-        armed = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL) == 0
-    except (OSError, AttributeError):
-        armed = False
-    if not armed:
-        threading.Thread(target=_watch_parent, args=(supervisor,), daemon=True).start()
-    if os.getppid() != supervisor:  # it died before the death signal was armed
-        os._exit(0)
-
-
-def _watch_parent(supervisor: int) -> None:
-    while os.getppid() == supervisor:
-        time.sleep(0.5)
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _tag_log_records(process: int | str) -> Callable[..., logging.LogRecord]:
-    """Every record logged from now on says which process wrote it (``worker_process``:
-    a child's number, or ``supervisor``): the JSON log format writes it beside
-    ``runner``. The factory it replaced."""
-    previous = logging.getLogRecordFactory()
-
-    def factory(*args: object, **kwargs: object) -> logging.LogRecord:
-        record = previous(*args, **kwargs)
-        record.worker_process = process
-        return record
-
-    logging.setLogRecordFactory(factory)
-    return previous

@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "everystep.values",
             "everystep.errors",
             "everystep.options",
+            "everystep.cpus",
             "everystep.signals",
             "everystep.tallies",
             "everystep.tracing",
