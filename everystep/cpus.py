@@ -37,7 +37,7 @@ def available(cgroup: Path = CGROUP, own: Path = OWN_CGROUP) -> Available:
     quota = _quota(cgroup, own)
     if quota is not None:
         limit, source = quota
-        if limit < cores:
+        if limit <= cores:
             return Available(max(1, limit), source)
         return Available(cores, f"affinity mask ({source} allows {limit})")
     return Available(cores, "affinity mask (no cgroup CPU quota)")

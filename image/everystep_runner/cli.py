@@ -138,15 +138,17 @@ def _worker(settings: RunnerSettings) -> int:
     _setup(settings, worker=True)
     from everystep.errors import EverystepError, NameInUse
     from everystep.worker import Worker, reload
+    from everystep.worker.processes import GroupStopped
 
     try:
         worker = Worker(**worker_options(settings))
         if worker.options.reload and not reload.in_child():
             return reload.supervise()  # the parent: it never touches the database
         clean, code = reload.run_watched(worker) if worker.options.reload else (worker.run(), 0)
-    except NameInUse as exc:
-        # Not a configuration error: the name is right, another live process holds it.
-        # Exit 1, as `manage.py everystep_worker` does.
+    except (NameInUse, GroupStopped) as exc:
+        # Not a configuration error: the name is right, another live process holds it
+        # (GroupStopped: one child's name, NAME/k). Exit 1, as `manage.py
+        # everystep_worker` does.
         print(f"everystep-runner: {exc}", file=sys.stderr)
         return 1
     except (ValueError, EverystepError) as exc:

@@ -27,7 +27,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from everystep.options import OPTIONS, Option
+from everystep import cpus
+from everystep.options import AUTO, OPTIONS, Option
 from everystep_runner import dburl
 
 ENV_PREFIX = "EVERYSTEP_"
@@ -78,7 +79,7 @@ class _Settings(BaseSettings):
             return None
         if name == "log_level":
             return value.strip().upper()
-        return value.strip().lower() if name == "log_format" else value
+        return value.strip().lower() if name in ("log_format", *WORDS) else value
 
     @validator(*BY_KEY, check_fields=False)
     @classmethod
@@ -96,6 +97,11 @@ class _Settings(BaseSettings):
         return value
 
 
+def _field_type(option: Option) -> Any:
+    """The option's type, with the word ``auto`` where it takes one, and None for unset."""
+    return option.kind | Literal["auto"] | None if option.auto else option.kind | None
+
+
 # mypy sees the runner's own fields; code reads the worker options through worker_options().
 if TYPE_CHECKING:
     RunnerSettings = _Settings
@@ -104,12 +110,14 @@ else:
         "RunnerSettings",
         __base__=_Settings,
         __doc__="The effective runner configuration. Build it with ``load()``.",
-        **{o.key: (o.kind | None, Field(default=None, description=o.help)) for o in OPTIONS},
+        **{o.key: (_field_type(o), Field(default=None, description=o.help)) for o in OPTIONS},
     )
 
 NAMES: tuple[str, ...] = (*BY_KEY, *_Settings.model_fields)
 NUMBERS = {key for key, option in BY_KEY.items() if option.kind in (int, float)}
 NUMBERS |= {"ui_workers", "ui_timeout"}
+# Options that take the word auto (processes), in any case.
+WORDS = {key for key, option in BY_KEY.items() if option.auto}
 # What each setting accepts, in the words of the error messages and the flags' help.
 EXPECTED: dict[str, str] = {
     **{key: option.expected() for key, option in BY_KEY.items()},
@@ -295,9 +303,18 @@ def describe(settings: RunnerSettings) -> list[str]:
         value = getattr(settings, name)
         if value is None and name in BY_KEY:
             lines.append(f"{name} = (not set: {fallback(BY_KEY[name])})")
+        elif name == "processes" and value == AUTO:
+            lines.append(f"{name} = auto → {_auto_processes()}  ({origin})")
         else:
             lines.append(f"{name} = {_display(value)}  ({origin})")
     return lines
+
+
+def _auto_processes() -> str:
+    """What ``processes = auto`` starts here, and why: the worker resolves it alike (its
+    ``WorkerOptions``), from the CPUs this container may use, not the host's cores."""
+    cpu = cpus.available()
+    return f"{cpu.count} process{'' if cpu.count == 1 else 'es'} ({cpu.source})"
 
 
 def _display(value: Any) -> str:

@@ -20,6 +20,8 @@ PROJECT = "everystep-ci"
 # stand-in built from Debian's PostgreSQL on this base (see image/ci/).
 BASE_IMAGE = os.environ.get("EVERYSTEP_TEST_BASE_IMAGE", "localhost/everystep-base:bookworm")
 POSTGRES_IMAGE = "docker.io/library/postgres:16"
+# The workers' runner names: runner-1 runs two processes (EVERYSTEP_PROCESSES).
+NAMES = {"runner-0", "runner-1", "runner-1/1"}
 
 
 def compose(
@@ -124,15 +126,15 @@ def test_compose_stack_runs_workflows(stack):
         "20 completed runs",
     )
     runners = set(sql("SELECT DISTINCT claimed_by FROM everystep_workflow").split())
-    assert runners <= {"runner-0", "runner-1"} and runners
+    assert runners <= NAMES and runners
 
     # A runner that started while migrate was still running waits for it, and only then
     # writes its heartbeat: the other may have done all 20 runs by that time.
     def heartbeats() -> set[str]:
         return set(sql("SELECT name FROM everystep_runner").split())
 
-    wait_for(lambda: len(heartbeats()) >= 2, 120, "both runners' heartbeats")
-    assert heartbeats() == {"runner-0", "runner-1"}
+    wait_for(lambda: len(heartbeats()) >= len(NAMES), 120, "every worker process's heartbeat")
+    assert heartbeats() == NAMES
     with urllib.request.urlopen("http://127.0.0.1:8000/", timeout=10) as resp:
         # The UI needs a staff login outside the demo: the login page proves it is served.
         assert resp.status == 200

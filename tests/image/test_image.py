@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import urllib.request
 from pathlib import Path
@@ -200,6 +201,30 @@ def test_bad_configuration_fails_with_one_clear_message(image, args, env, messag
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_config_shows_the_processes_a_worker_starts(image, tmp_path: Path):
+    """`config` shows processes as a mounted TOML gives it, and `auto` as the count the
+    container's CPU limit stands for, with the cgroup file it was read from."""
+    toml = tmp_path / "runner.toml"
+    toml.write_text("processes = 4\n")
+    toml.chmod(0o644)
+    project = ("-v", f"{EXAMPLE}:/app:ro", "-e", "DJANGO_SETTINGS_MODULE=mysite.settings")
+    project += ("-e", f"DJANGO_SECRET_KEY={SECRET_KEY}")
+    mounted = ("-v", f"{toml}:/etc/everystep/runner.toml:ro")
+    given = run("--rm", *project, *mounted, image, "config").stdout.splitlines()
+    assert "processes = 4  (toml /etc/everystep/runner.toml)" in given
+    # Two CPUs (as many as a CI machine has): the quota is the figure shown, not the
+    # cores the container sees. cgroup v2 has it in cpu.max, v1 (CI machines) in
+    # cpu.cfs_quota_us and cpu.cfs_period_us.
+    auto = ("--cpus", "2", "-e", "EVERYSTEP_PROCESSES=AUTO")
+    lines = run("--rm", *project, *auto, image, "config").stdout.splitlines()
+    (line,) = [line for line in lines if line.startswith("processes = ")]
+    assert re.fullmatch(
+        r"processes = auto → 2 processes \(cgroup cpu(\.max|\.cfs_quota_us) 200000 100000\)"
+        r"  \(env EVERYSTEP_PROCESSES\)",
+        line,
+    ), line
 
 
 def test_demo_role_serves_the_ui(image, containers):

@@ -32,6 +32,7 @@ from everystep_runner.settings import (
 # name, string value (flag/env/file), TOML literal, expected effective value
 SAMPLES: list[tuple[str, str, str, Any]] = [
     ("pool", "8", "8", 8),
+    ("processes", "Auto", '"AUTO"', "auto"),  # any case; a count is in the describe tests
     ("poll", "0.5", "0.5", 0.5),
     ("name", "runner-1", '"runner-1"', "runner-1"),
     ("drain", "0", "0", 0.0),
@@ -325,11 +326,15 @@ def test_env_file_is_a_directory(tmp_path: Path, env: Callable[..., None]) -> No
 # --- bad values: one clear message naming setting, source and expectation --------------
 
 
-def test_wrong_type(env: Callable[..., None]) -> None:
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [("pool", "eight", "an integer >= 1"), ("processes", "many", "an integer >= 1, or auto")],
+)
+def test_wrong_type(env: Callable[..., None], name: str, value: str, expected: str) -> None:
     """A non-number where a number is expected names the setting, value and source."""
-    env(EVERYSTEP_POOL="eight")
-    message = config_error()
-    assert message == "pool: expected an integer >= 1, got 'eight' (from env EVERYSTEP_POOL)"
+    var = f"EVERYSTEP_{name.upper()}"
+    env(**{var: value})
+    assert config_error() == f"{name}: expected {expected}, got {value!r} (from env {var})"
 
 
 def test_pool_below_one(env: Callable[..., None]) -> None:
@@ -401,7 +406,12 @@ def test_bad_boolean(env: Callable[..., None]) -> None:
 
 @pytest.mark.parametrize(
     ("key", "expected"),
-    [("pool", "an integer >= 1"), ("drain", "a number >= 0"), ("ui_workers", "an integer >= 1")],
+    [
+        ("pool", "an integer >= 1"),
+        ("processes", "an integer >= 1, or auto"),
+        ("drain", "a number >= 0"),
+        ("ui_workers", "an integer >= 1"),
+    ],
 )
 def test_toml_boolean_is_not_a_number(tmp_path: Path, key: str, expected: str) -> None:
     """`pool = true` in TOML is refused rather than read as a pool of 1."""
@@ -435,7 +445,7 @@ def test_unknown_toml_key(tmp_path: Path) -> None:
     path = write_toml(tmp_path, "pol = 2\n")
     message = config_error({"config": str(path)})
     assert message.startswith(f"pol: unknown key in toml {path} (from flag --config); valid keys:")
-    assert "pool, poll, name, drain" in message
+    assert "pool, processes, poll, name, drain" in message
 
 
 def test_missing_explicit_config(tmp_path: Path, env: Callable[..., None]) -> None:
@@ -494,8 +504,29 @@ def test_describe_says_what_the_worker_uses_for_unset_options() -> None:
     assert "heartbeat = (not set: Django setting EVERYSTEP_HEARTBEAT, else default 5)" in lines
     assert "notify = (not set: Django setting EVERYSTEP_NOTIFY, else default on)" in lines
     assert "pool = (not set: default 4)" in lines
+    assert "processes = (not set: default 1)" in lines
     assert "name = (not set: the hostname)" in lines
     assert len([line for line in lines if "(not set: " in line]) == len(OPTIONS)
+
+
+@pytest.mark.parametrize(
+    ("literal", "shown"),
+    [
+        ("4", "processes = 4"),
+        ('"auto"', "processes = auto → 2 processes (cgroup cpu.max 200000 100000)"),
+    ],
+    ids=["count", "auto"],
+)
+def test_describe_shows_the_processes_auto_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, literal: str, shown: str
+) -> None:
+    """processes = auto is shown with the count it stands for here, and where that came from."""
+    from everystep import cpus
+
+    found = cpus.Available(2, "cgroup cpu.max 200000 100000")
+    monkeypatch.setattr(cpus, "available", lambda: found)
+    path = write_toml(tmp_path, f"processes = {literal}\n")
+    assert f"{shown}  (toml {path})" in describe(load({"config": str(path)}))
 
 
 def test_config_role_prints_every_setting(
@@ -700,8 +731,17 @@ def test_worker_options_are_the_given_ones_under_worker_names(env: Callable[...,
         ({"notify": False}, ["--no-notify"]),
         ({"pool": "3", "heartbeat": "2"}, ["--pool", "3", "--heartbeat", "2.0"]),
         ({"liveness_timeout": "90", "ui_workers": "5"}, ["--liveness-timeout", "90.0"]),
+        ({"processes": " AUTO"}, ["--processes", "auto"]),
+        ({"processes": "4"}, ["--processes", "4"]),
     ],
-    ids=["notify", "no-notify", "pool-heartbeat", "liveness-only-worker-options"],
+    ids=[
+        "notify",
+        "no-notify",
+        "pool-heartbeat",
+        "liveness-only-worker-options",
+        "processes-auto",
+        "processes",
+    ],
 )
 def test_worker_flags_are_the_given_options(given: dict[str, Any], flags: list[str]) -> None:
     """worker_flags() spells only the given worker options, booleans as --notify/--no-notify."""
@@ -710,7 +750,8 @@ def test_worker_flags_are_the_given_options(given: dict[str, Any], flags: list[s
 
 def test_worker_flags_mean_the_same_to_everystep_worker() -> None:
     """Passed to `everystep_worker`, the runner's flags give Worker the same keywords."""
-    settings = load({"pool": "3", "notify": False, "orphan_timeout": "30", "name": "r-1"})
+    given = {"pool": "3", "processes": "auto", "notify": False, "orphan_timeout": "30"}
+    settings = load({**given, "name": "r-1"})
     command = load_command_class("everystep", "everystep_worker")
     parsed = vars(
         command.create_parser("manage.py", "everystep_worker").parse_args(worker_flags(settings))
@@ -820,6 +861,28 @@ def test_bad_value_is_a_clean_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert (
         err.splitlines()[-1] == "heartbeat: expected a number > 0, got '0' (from flag --heartbeat)"
     )
+
+
+def test_a_group_stopped_by_a_held_name_exits_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The worker role exits 1, as for its own name held elsewhere (no configuration error,
+    2), when one of its processes' names is held by another live worker."""
+    from everystep import worker
+    from everystep.worker.processes import GroupStopped
+    from everystep_runner import cli
+
+    class Held:
+        def __init__(self, **options: Any) -> None:
+            self.options = type("Options", (), {"reload": False})
+
+        def run(self) -> bool:
+            raise GroupStopped("runner-0/1 is held by pid 7 on host-a")
+
+    monkeypatch.setattr(cli, "_setup", lambda settings, worker=False: None)
+    monkeypatch.setattr(worker, "Worker", Held)
+    assert main(["--processes", "2", "worker"]) == 1
+    assert capsys.readouterr().err == "everystep-runner: runner-0/1 is held by pid 7 on host-a\n"
 
 
 @pytest.mark.parametrize("role", ROLES_WITHOUT_ARGUMENTS)
