@@ -29,7 +29,8 @@ fi
     "Django==$DJANGO_VERSION" \
     "django-tasks==$DJANGO_TASKS_VERSION" \
     "psycopg[binary]==$PSYCOPG_VERSION" \
-    "mysqlclient==$MYSQLCLIENT_VERSION"
+    "mysqlclient==$MYSQLCLIENT_VERSION" \
+    pydantic  # the test app the bench settings load has typed-value workflows (issue 55)
 
 echo "venv: $VENV"
 "$VENV/bin/python" - <<'PY'
