@@ -2,7 +2,8 @@
 N separate workers and one process.
 
     .venv/bin/python bench/processes.py --db postgres|mariadb|sqlite
-        [--processes 1 2] [--runs 2000] [--pool 4] [--repeat 3] [--label NAME]
+        [--processes 1 2] [--runs 2000] [--pool 4] [--repeat 3] [--body engine|cpu]
+        [--label NAME]
 
 On a fresh database of its own, for each N of ``--processes`` and each round
 (``--repeat``; the order reverses every other round), two phases, each waiting for a
@@ -10,8 +11,11 @@ quiet machine and starting from empty tables:
 
 - **group**: ONE ``manage.py everystep_worker --processes N --pool P --poll 0.05``,
   started and idle (every child holds its name), then ``--runs`` runs of ``bench_three``
-  (3 durable steps) scheduled in one transaction; runs/s from the rows (first claim to
-  last completion), as ``compare.py``;
+  (3 durable steps with trivial bodies: the engine's own cost; ``--body cpu``:
+  ``bench_cpu_three``, each step computing for about 2 ms in Python) scheduled in one
+  transaction; runs/s from the rows (first claim to last completion), as ``compare.py``,
+  and the CPUs busy over the phase (the machine, the worker processes, the database
+  server: busy CPU seconds / wall seconds);
 - **separate** (N > 1 only): N ``everystep_worker --pool P`` processes, names apart, the
   same way: what the group is compared with.
 
@@ -32,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import options, runs
-from harness.cpu import process_tree, wait_quiet
+from harness.cpu import CpuMeter, process_tree, wait_quiet
 from harness.results import print_header, print_problems
 from harness.server import attempts
 from harness.session import Session, run_benchmark
@@ -47,6 +51,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pool", type=int, default=4, help="--pool of each process (4)")
     parser.add_argument("--poll", type=float, default=0.05, help="--poll (0.05)")
     parser.add_argument("--repeat", type=int, default=3, help="rounds; medians (3)")
+    parser.add_argument(
+        "--body",
+        choices=("engine", "cpu"),
+        default="engine",
+        help="bench_three (trivial steps) or bench_cpu_three (2 ms of Python each) (engine)",
+    )
     options.add_worker_phase_arguments(parser)
     args = parser.parse_args(argv)
     if min(args.runs, args.pool, args.repeat, *args.processes) < 1:
@@ -75,8 +85,18 @@ def _rollup(pid: int) -> tuple[float, float]:
     return fields.get("Rss", 0.0), fields.get("Pss", 0.0)
 
 
+def busy(cpu: dict[str, float]) -> dict[str, float]:
+    """CPUs busy over the phase: the machine, the worker processes, the database server."""
+    wall = max(cpu["wall_s"], 1e-9)
+    return {
+        "machine": round(cpu["machine_s"] / wall, 2),
+        "workers": round(cpu["worker_s"] / wall, 2),
+        "db_server": round(cpu["db_server_s"] / wall, 2),
+    }
+
+
 def phase(args: argparse.Namespace, run: Session, shape: str, count: int, round_no: int) -> Any:
-    from everystep_bench.workflows import bench_three
+    from everystep_bench.workflows import bench_cpu_three, bench_three
 
     from everystep.models import Runner
 
@@ -94,15 +114,19 @@ def phase(args: argparse.Namespace, run: Session, shape: str, count: int, round_
         else:
             fleet[:] = run.workers.start_fleet(label, count, *flags)
         quiet = wait_quiet(args.wait_quiet)
+        pids = [pid for worker in fleet for pid in process_tree(worker.pid)]
+        meter = CpuMeter(args.db, pids)
+        meter.begin_workers()
         since = runs.id_floor()
-        runs.schedule_runs(bench_three, args.runs)
+        runs.schedule_runs(bench_cpu_three if args.body == "cpu" else bench_three, args.runs)
+        meter.begin()
 
         def alive() -> None:
             for worker in fleet:
                 worker.check_alive()
 
         runs.wait_for(lambda: runs.pending_runs() == 0, max(600.0, args.runs / 10), 0.1, alive)
-        pids = [pid for worker in fleet for pid in process_tree(worker.pid)]
+        cpu = meter.end()
         memory = memory_mb(pids)
         exit_codes = [worker.terminate() for worker in fleet]
         return {
@@ -111,6 +135,7 @@ def phase(args: argparse.Namespace, run: Session, shape: str, count: int, round_
             "round": round_no,
             **runs.finished_span(since),
             "memory_mb": memory,
+            "cpus": busy(cpu),
             "quiet": quiet,
             "exit_code": next((code for code in exit_codes if code != 0), 0),
         }
@@ -122,7 +147,8 @@ def phase(args: argparse.Namespace, run: Session, shape: str, count: int, round_
     result = attempts(label, measure, cleanup)
     print(
         f"  round {round_no}  {shape:<8} x{count}  {result['runs_per_s']} runs/s  "
-        f"PSS {result['memory_mb']['pss_total']} MiB  RSS {result['memory_mb']['rss_total']} MiB",
+        f"PSS {result['memory_mb']['pss_total']} MiB  RSS {result['memory_mb']['rss_total']} MiB  "
+        f"CPUs {result['cpus']}",
         flush=True,
     )
     return result
@@ -156,6 +182,10 @@ def summarise(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "pss_mb": round(statistics.median(p["memory_mb"]["pss_total"] for p in mine), 1),
                 "rss_mb": round(statistics.median(p["memory_mb"]["rss_total"] for p in mine), 1),
                 "pss_each": mine[-1]["memory_mb"]["pss_each"],
+                "cpus": {
+                    key: round(statistics.median(p["cpus"][key] for p in mine), 2)
+                    for key in ("machine", "workers", "db_server")
+                },
             }
         )
     return rows
@@ -165,15 +195,21 @@ def report(record: dict[str, Any]) -> None:
     args = record["args"]
     print_header(record)
     print(
-        f"{args['db']}: {args['runs']} runs of bench_three per phase, --pool {args['pool']} "
-        f"per process; medians of {args['repeat']} round(s)\n"
+        f"{args['db']}: {args['runs']} runs of "
+        f"{'bench_cpu_three' if args['body'] == 'cpu' else 'bench_three'} per phase, --pool "
+        f"{args['pool']} per process; medians of {args['repeat']} round(s); CPUs busy: the "
+        "machine / the workers / the database server\n"
     )
-    print("| processes | shape | runs/s | x 1 process | PSS MiB | RSS MiB | PSS per process |")
-    print("|---:|---|---:|---:|---:|---:|---|")
+    print(
+        "| processes | shape | runs/s | x 1 process | CPUs busy | PSS MiB | RSS MiB "
+        "| PSS per process |"
+    )
+    print("|---:|---|---:|---:|---|---:|---:|---|")
     for row in record["rows"]:
         print(
             f"| {row['processes']} | {row['shape']} | {row['runs_per_s']} | "
-            f"{row['x_one_process']} | {row['pss_mb']} | {row['rss_mb']} | "
+            f"{row['x_one_process']} | {row['cpus']['machine']} / {row['cpus']['workers']} / "
+            f"{row['cpus']['db_server']} | {row['pss_mb']} | {row['rss_mb']} | "
             f"{' / '.join(map(str, row['pss_each']))} |"
         )
     print_problems(record)
