@@ -42,6 +42,7 @@ _WARNED: set[int | None] = set()
 
 
 def how(status: int) -> str:
+    """How a child ended, from its ``waitpid`` status, in the words of a log line."""
     if os.WIFSIGNALED(status):
         return f"was killed by {signal.Signals(os.WTERMSIG(status)).name}"
     return f"exited with code {os.WEXITSTATUS(status)}"

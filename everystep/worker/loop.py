@@ -138,6 +138,10 @@ class Worker:
         taken over at once when its process is provably gone (this host, a pid not
         running), else watched for up to two of its heartbeats first. A worker whose
         name another process took over while it was silent drains and returns.
+
+        With ``processes`` above 1, on the main thread only: forks that many worker
+        processes and supervises them until they have exited (``processes``); raises
+        ``GroupStopped`` when one cannot hold its name.
         """
         if self.options.processes > 1:
             if threading.current_thread() is not threading.main_thread():

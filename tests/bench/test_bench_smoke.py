@@ -50,6 +50,8 @@ SMOKE: dict[str, tuple[str, list[str]]] = {
         "--db sqlite --runs 10 --repeat 1 --publish-workers 1 --publish-pool 1 --publishes 10"
         " --count 20 --parallel 2 --wait-quiet 0"]),
     # PostgreSQL: the rows read come from pg_stat_user_tables.
+    "processes.py": ("processes", [
+        "--db sqlite --processes 1 2 --runs 10 --pool 2 --repeat 1 --body cpu --wait-quiet 0"]),
     "prune.py": ("prune", ["--db postgres --quick --batch-size 500 --wait-quiet 0"]),
     "rolling_deploy.py": ("rolling_deploy", ["--db sqlite --runs 40 --gap 0.5 --pause 1"]),
     "run.py": ("run", [
