@@ -7,6 +7,7 @@ import logging
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -86,41 +87,51 @@ class ProbeServer:
             prometheus_client.REGISTRY.unregister(self.collector)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
+        worker, readiness = self.worker, self.readiness
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    self._metrics()
-                elif path in ("/healthz", "/livez"):
-                    self._probe(health.liveness(server.worker))
-                elif path == "/readyz":
-                    self._probe(server.readiness(server.worker))
-                else:
-                    self._send(404, b"not found\n", "text/plain")
+        def probe(ready: bool) -> tuple[bool, dict[str, Any]]:
+            answer = readiness(worker) if ready else health.liveness(worker)
+            return answer.ok, answer.as_dict()
 
-            def _metrics(self) -> None:
+        return probe_handler(metrics.exposition, probe)
+
+
+def probe_handler(
+    exposition: Callable[[], tuple[bytes, str]],
+    probe: Callable[[bool], tuple[bool, dict[str, Any]]],
+    timeout: float | None = None,
+) -> type[BaseHTTPRequestHandler]:
+    """The routes of a probe port, a worker's or a group's (``merged``): ``/metrics``
+    answers ``exposition()`` (body, content type); ``/healthz`` and ``/livez`` answer
+    ``probe(False)``, ``/readyz`` ``probe(True)`` (ok, JSON body), 503 when not ok.
+    ``timeout``: seconds a connection may stay silent (None: no limit)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
                 if not metrics.available():
                     self._send(
                         503, b"metrics are off: prometheus-client is not installed\n", "text/plain"
                     )
                     return
-                body, content_type = metrics.exposition()
-                self._send(200, body, content_type)
+                self._send(200, *exposition())
+            elif path in ("/healthz", "/livez", "/readyz"):
+                ok, answer = probe(path == "/readyz")
+                body = json.dumps(answer).encode() + b"\n"
+                self._send(200 if ok else 503, body, "application/json")
+            else:
+                self._send(404, b"not found\n", "text/plain")
 
-            def _probe(self, probe: health.Probe) -> None:
-                body = json.dumps(probe.as_dict()).encode() + b"\n"
-                self._send(200 if probe.ok else 503, body, "application/json")
+        def _send(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
-            def _send(self, status: int, body: bytes, content_type: str) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        def log_message(self, format: str, *args: Any) -> None:
+            logger.debug("http " + format, *args)
 
-            def log_message(self, format: str, *args: Any) -> None:
-                logger.debug("http " + format, *args)
-
-        return Handler
+    Handler.timeout = timeout
+    return Handler

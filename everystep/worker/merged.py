@@ -24,10 +24,10 @@ import logging
 import select
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import HTTPServer
 from typing import TYPE_CHECKING, Any
 
-from everystep import metrics
+from everystep.worker.http import probe_handler
 
 if TYPE_CHECKING:
     from everystep.worker.processes import Slot
@@ -53,7 +53,9 @@ class MergedPort:
 
     def __init__(self, options: WorkerOptions, slots: list[Slot]) -> None:
         self.options, self.slots = options, slots
-        self.httpd = HTTPServer((options.metrics_bind, options.metrics_port), self._handler())
+        # A client that sends nothing must not hold the supervisor's loop.
+        handler = probe_handler(self._exposition, self._probe, timeout=ASK_TIMEOUT)
+        self.httpd = HTTPServer((options.metrics_bind, options.metrics_port), handler)
         logger.info(
             "metrics and health of every process on http://%s:%d",
             options.metrics_bind,
@@ -99,43 +101,13 @@ class MergedPort:
                     texts.append(body)
         return merge(texts, self.options.name, {slot.name for slot in self.slots})
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        port = self
+    def _exposition(self) -> tuple[bytes, str]:
+        from prometheus_client import CONTENT_TYPE_LATEST
 
-        class Handler(BaseHTTPRequestHandler):
-            timeout = ASK_TIMEOUT  # a client that sends nothing does not hold the loop
+        return self.metrics(), CONTENT_TYPE_LATEST
 
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    if not metrics.available():
-                        self._send(
-                            503,
-                            b"metrics are off: prometheus-client is not installed\n",
-                            "text/plain",
-                        )
-                        return
-                    from prometheus_client import CONTENT_TYPE_LATEST
-
-                    self._send(200, port.metrics(), CONTENT_TYPE_LATEST)
-                elif path in ("/healthz", "/livez", "/readyz"):
-                    ok, answer = port.probe("/readyz" if path == "/readyz" else "/healthz")
-                    body = json.dumps(answer).encode() + b"\n"
-                    self._send(200 if ok else 503, body, "application/json")
-                else:
-                    self._send(404, b"not found\n", "text/plain")
-
-            def _send(self, status: int, body: bytes, content_type: str) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                logger.debug("http " + format, *args)
-
-        return Handler
+    def _probe(self, ready: bool) -> tuple[bool, dict[str, Any]]:
+        return self.probe("/readyz" if ready else "/healthz")
 
 
 def _ask(slot: Slot, path: str) -> tuple[int, str]:
