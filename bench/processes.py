@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +97,6 @@ def busy(cpu: dict[str, float]) -> dict[str, float]:
 def phase(args: argparse.Namespace, run: Session, shape: str, count: int, round_no: int) -> Any:
     from everystep_bench.workflows import bench_cpu_three, bench_three
 
-    from everystep.models import Runner
-
     fleet: list[WorkerProcess] = []
     flags = ("--pool", str(args.pool), "--poll", str(args.poll))
     label = f"{shape}-x{count}-r{round_no}"
@@ -107,10 +104,7 @@ def phase(args: argparse.Namespace, run: Session, shape: str, count: int, round_
     def measure() -> dict[str, Any]:
         runs.tidy_tables(args.db)
         if shape == "group":
-            fleet[:] = run.workers.start_fleet(label, 1, *flags, "--processes", str(count))
-            children = Runner.objects.filter(name__startswith=label)
-            runs.wait_for(lambda: children.count() >= count, 60, 0.05, fleet[0].check_alive)
-            time.sleep(1.0)  # the last child settles
+            fleet[:] = [run.workers.start_group(label, count, *flags)]
         else:
             fleet[:] = run.workers.start_fleet(label, count, *flags)
         quiet = wait_quiet(args.wait_quiet)

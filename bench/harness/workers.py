@@ -148,6 +148,20 @@ class Workers:
             worker.wait_ready()
         return fleet
 
+    def start_group(
+        self, name: str, processes: int, *args: str, env: dict[str, str | None] | None = None
+    ) -> WorkerProcess:
+        """One worker ``--processes processes``, started and idle: every child holds its
+        name (``name``, ``name/1`` …) and has had a second to settle."""
+        from everystep.models import Runner
+
+        group = self.start(name, *args, "--processes", str(processes), env=env)
+        group.wait_ready()
+        children = Runner.objects.filter(name__startswith=name)
+        wait_for(lambda: children.count() >= processes, 60.0, 0.05, group.check_alive)
+        time.sleep(1.0)  # the last child's start-up; wait_ready measures the supervisor
+        return group
+
     def restart(
         self, name: str, *args: str, env: dict[str, str | None] | None = None
     ) -> WorkerProcess:

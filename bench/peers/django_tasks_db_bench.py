@@ -288,17 +288,9 @@ def start_side(run: Session, kind: Kind, concurrency: int, label: str) -> list[W
     if kind.everystep:
         processes = SHAPE["processes"] and (concurrency or SHAPE["processes"])
         if processes:
-            flags: tuple[str, ...] = ("--processes", str(processes), "--pool", "1")
-        else:
-            flags = ("--pool", str(concurrency)) if concurrency else ()
-        fleet = run.workers.start_fleet(label, 1, *flags)
-        if processes:  # every child holds its name, and has settled
-            from everystep.models import Runner
-
-            children = Runner.objects.filter(name__startswith=label)
-            wait_for(lambda: children.count() >= processes, 60, 0.05, fleet[0].check_alive)
-            time.sleep(1.0)
-        return fleet
+            return [run.workers.start_group(label, processes, "--pool", "1")]
+        flags = ("--pool", str(concurrency)) if concurrency else ()
+        return run.workers.start_fleet(label, 1, *flags)
     fleet = []
     for number in range(1, max(concurrency, 1) + 1):
         name = label if concurrency <= 1 else f"{label}-w{number}"
